@@ -1,0 +1,148 @@
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/function_node.h"
+#include "autograd/grad_mode.h"
+#include "core/ops/elementwise.h"
+
+namespace tandem {
+
+// Friend of FunctionNode: reads the recorded output metadata.
+class BackwardEngine {
+ public:
+  explicit BackwardEngine(const BackwardOptions& options) : options_(options) {}
+
+  void run(const Variables& outputs, const std::vector<Tensor>& seeds) {
+    TANDEM_CHECK(outputs.size() == seeds.size(), "backward: ", outputs.size(), " outputs but ", seeds.size(), " seeds");
+    for (std::size_t i = 0; i < outputs.size(); ++i) seed(outputs[i], seeds[i]);
+    // Gradients are plain tensors; nothing done by the functions' backward is recorded.
+    NoGradGuard no_grad;
+    while (!queue_.empty()) {
+      std::shared_ptr<FunctionNode> function = queue_.top();
+      queue_.pop();
+      run_node(*function);
+    }
+    deliver_leaf_gradients();
+  }
+
+ private:
+  struct LaterFirst {
+    bool operator()(const std::shared_ptr<FunctionNode>& a, const std::shared_ptr<FunctionNode>& b) const {
+      return a->sequence_number() < b->sequence_number();
+    }
+  };
+
+  void seed(const Variable& output, const Tensor& given) {
+    TANDEM_CHECK(output.defined(), "backward: called on an undefined variable");
+    Tensor gradient = given;
+    if (gradient.defined()) {
+      TANDEM_CHECK(gradient.shape() == output.shape() && gradient.dtype() == output.dtype(), "backward: seed ",
+                   gradient.description(), " does not match the output ", output.description());
+    } else if (output.numel() == 1) {
+      gradient = ones(output.shape(), output.dtype(), output.device());
+    } else {
+      TANDEM_CHECK(output.numel() == 0, "backward: output ", output.description(),
+                   " is not a scalar; pass its gradient: backward(grad)");
+      // A delegate variable: walk the graph behind it with no seed.
+    }
+    const std::shared_ptr<VariableNode>& node = output.node();
+    if (gradient.defined() && output.requires_grad()) accumulate(node, gradient);
+    if (node->creator) schedule(node->creator);
+  }
+
+  void schedule(const std::shared_ptr<FunctionNode>& function) {
+    if (scheduled_.insert(function.get()).second) queue_.push(function);
+  }
+
+  void accumulate(const std::shared_ptr<VariableNode>& node, const Tensor& gradient) {
+    auto [it, inserted] = gradients_.try_emplace(node.get(), Gradient{node, gradient});
+    // Out of place: a function may hand the same tensor to several inputs (add does).
+    if (!inserted) it->second.value = add(it->second.value, gradient);
+  }
+
+  void run_node(FunctionNode& function) {
+    const std::vector<std::shared_ptr<VariableNode>> outputs = function.outputs();
+    std::vector<Tensor> grad_outputs(outputs.size());
+    bool any = false;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (!outputs[i]) continue;
+      auto it = gradients_.find(outputs[i].get());
+      if (it == gradients_.end()) continue;
+      grad_outputs[i] = std::move(it->second.value);
+      gradients_.erase(it);
+      any = true;
+      if (options_.retain_grad) {
+        if (auto variable = outputs[i]->variable.lock()) variable->grad = grad_outputs[i];
+      }
+    }
+    if (!any && !function.always_run_backward()) {
+      // Nothing to compute here, but every node reachable from the outputs is still visited:
+      // a communication node further back must run its half of the exchange all the same.
+      for (const std::shared_ptr<VariableNode>& input : function.inputs())
+        if (input->requires_grad && input->creator) schedule(input->creator);
+      return;
+    }
+    if (function.zero_fill_grad_outputs()) {
+      for (std::size_t i = 0; i < grad_outputs.size(); ++i) {
+        if (!grad_outputs[i].defined())
+          grad_outputs[i] = zeros(function.output_shapes_[i], function.output_dtypes_[i], function.output_devices_[i]);
+      }
+    }
+    TANDEM_CHECK(!function.released(), "backward: the graph through ", function.name(), " (node #",
+                 function.sequence_number(), ") was already freed by an earlier backward(); pass "
+                 "BackwardOptions{.retain_graph = true} to the first backward to run backward through it again");
+    std::vector<Tensor> grad_inputs = function.backward(grad_outputs);
+    if (!options_.retain_graph) function.release_saved();
+
+    const auto& inputs = function.inputs();
+    TANDEM_CHECK(grad_inputs.size() == inputs.size(), "backward: ", function.name(), " returned ", grad_inputs.size(),
+                 " gradients for ", inputs.size(), " inputs");
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const std::shared_ptr<VariableNode>& input = inputs[i];
+      if (!input->requires_grad) continue;
+      if (input->creator) schedule(input->creator);
+      const Tensor& g = grad_inputs[i];
+      if (!g.defined()) continue;
+      TANDEM_CHECK(g.shape() == input->shape && g.dtype() == input->dtype, "backward: ", function.name(),
+                   " returned a gradient ", g.description(), " for input ", i, " of ", dtype_name(input->dtype),
+                   shape_str(input->shape));
+      accumulate(input, g);
+    }
+  }
+
+  // Whatever remains belongs to leaves (or to variables whose creator had nothing to do).
+  void deliver_leaf_gradients() {
+    for (auto& entry : gradients_) {
+      Gradient& g = entry.second;
+      if (g.node->creator) continue;
+      std::shared_ptr<VariableImpl> variable = g.node->variable.lock();
+      if (!variable) continue;
+      if (variable->grad.defined()) {
+        variable->grad = add(variable->grad, g.value);
+      } else {
+        // The user (an optimizer) may update a gradient in place; never hand out a tensor that
+        // something else still shares.
+        variable->grad = g.value.storage().use_count() > 1 ? g.value.clone() : g.value;
+      }
+    }
+  }
+
+  struct Gradient {
+    std::shared_ptr<VariableNode> node;  // keeps the key alive until delivered
+    Tensor value;
+  };
+
+  BackwardOptions options_;
+  std::priority_queue<std::shared_ptr<FunctionNode>, std::vector<std::shared_ptr<FunctionNode>>, LaterFirst> queue_;
+  std::unordered_set<const FunctionNode*> scheduled_;
+  std::unordered_map<const VariableNode*, Gradient> gradients_;
+};
+
+void backward(const Variables& outputs, const std::vector<Tensor>& seeds, const BackwardOptions& options) {
+  BackwardEngine(options).run(outputs, seeds);
+}
+
+}  // namespace tandem

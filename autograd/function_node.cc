@@ -1,0 +1,81 @@
+#include "autograd/function_node.h"
+
+#include <atomic>
+
+#include "autograd/grad_mode.h"
+
+namespace tandem {
+
+namespace {
+std::atomic<std::int64_t> next_sequence_number{0};
+}
+
+Variables FunctionNode::apply(const Variables& inputs) {
+  std::vector<Tensor> input_data;
+  input_data.reserve(inputs.size());
+  bool any_requires_grad = false;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    TANDEM_CHECK(inputs[i].defined(), name(), ": input ", i, " is an undefined variable");
+    input_data.push_back(inputs[i].data());
+    any_requires_grad = any_requires_grad || inputs[i].requires_grad();
+  }
+  recording_ = grad_enabled() && any_requires_grad;
+  // The sequence number is taken before forward runs, so a function that communicates in its
+  // forward is ordered on the tape exactly where its messages were sent.
+  sequence_number_ = next_sequence_number.fetch_add(1);
+  if (recording_) {
+    needs_input_grad_.resize(inputs.size());
+    inputs_.reserve(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      needs_input_grad_[i] = inputs[i].requires_grad();
+      inputs_.push_back(inputs[i].node());
+    }
+  }
+
+  std::vector<Tensor> output_data = forward(input_data);
+
+  Variables outputs;
+  outputs.reserve(output_data.size());
+  for (std::size_t i = 0; i < output_data.size(); ++i) {
+    TANDEM_CHECK(output_data[i].defined(), name(), ": forward returned an undefined output ", i);
+    const bool differentiable = recording_ && is_floating(output_data[i].dtype());
+    Variable output(std::move(output_data[i]), differentiable);
+    if (recording_) {
+      output.node()->creator = shared_from_this();
+      outputs_.push_back(output.node());
+      output_shapes_.push_back(output.shape());
+      output_dtypes_.push_back(output.dtype());
+      output_devices_.push_back(output.device());
+    }
+    outputs.push_back(std::move(output));
+  }
+  if (!recording_) saved_.clear();  // nothing will ever read them
+  return outputs;
+}
+
+std::vector<std::shared_ptr<VariableNode>> FunctionNode::outputs() const {
+  std::vector<std::shared_ptr<VariableNode>> alive;
+  alive.reserve(outputs_.size());
+  for (const auto& output : outputs_) alive.push_back(output.lock());
+  return alive;
+}
+
+void FunctionNode::release_saved() {
+  saved_.clear();
+  saved_.shrink_to_fit();
+  released_ = true;
+}
+
+void FunctionNode::save_for_backward(std::vector<Tensor> tensors) {
+  // Nothing is kept when no graph is recorded (inference, no_grad).
+  if (recording_) saved_ = std::move(tensors);
+}
+
+const std::vector<Tensor>& FunctionNode::saved() const {
+  TANDEM_CHECK(!released_, "backward: the graph through ", name(), " (node #", sequence_number_,
+               ") was already freed by an earlier backward(); pass BackwardOptions{.retain_graph = true} to "
+               "the first backward to run backward through it again");
+  return saved_;
+}
+
+}  // namespace tandem

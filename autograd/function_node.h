@@ -1,0 +1,85 @@
+// FunctionNode: one application of a differentiable function in the graph.
+//
+// A function computes its outputs eagerly in forward(), saves only the tensors its backward
+// reads (save_for_backward), and in backward() maps one gradient per output to one gradient
+// per input. An undefined Tensor means "no gradient" in both directions.
+//
+// Use: `auto ys = std::make_shared<MyFunction>(args)->apply({x, w});` — apply() runs
+// forward, and when gradients are being recorded links the outputs to this node.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "core/tensor.h"
+
+namespace tandem {
+
+class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
+ public:
+  virtual ~FunctionNode() = default;
+
+  // The function's name, for errors ("linear", "softmax_cross_entropy").
+  virtual std::string name() const = 0;
+  // Computes the outputs from the inputs' data.
+  virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs) = 0;
+  // Gradients of the inputs from gradients of the outputs; one entry per input (undefined for
+  // inputs that get none). grad_outputs has one entry per output: zeros where no gradient
+  // arrived, unless zero_fill_grad_outputs() is false, in which case those stay undefined.
+  virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) = 0;
+
+  // Normal functions whose outputs received no gradient at all are skipped by backward.
+  // Communication functions return true: their backward is the peer's half of a message
+  // exchange and must run whenever the node is reachable, gradient or not.
+  virtual bool always_run_backward() const { return false; }
+  virtual bool zero_fill_grad_outputs() const { return true; }
+
+  Variables apply(const Variables& inputs);
+
+  // Position on the tape: strictly increasing in the order nodes were created.
+  std::int64_t sequence_number() const { return sequence_number_; }
+  const std::vector<std::shared_ptr<VariableNode>>& inputs() const { return inputs_; }
+  // The output nodes still alive (null entries for outputs already destroyed).
+  std::vector<std::shared_ptr<VariableNode>> outputs() const;
+  std::size_t num_outputs() const { return outputs_.size(); }
+  // Whether input i needs a gradient; backward may leave the others undefined (and skip work).
+  bool needs_input_grad(std::size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
+  // True while apply() records this node (forward can skip saving tensors otherwise).
+  bool recording() const { return recording_; }
+
+  // Frees the saved tensors; a later backward through this node is an error.
+  void release_saved();
+  bool released() const { return released_; }
+
+ protected:
+  void save_for_backward(std::vector<Tensor> tensors);
+  // The saved tensors; throws a clear error once they have been released.
+  const std::vector<Tensor>& saved() const;
+
+ private:
+  friend struct VariableNode;
+  friend class BackwardEngine;
+
+  std::int64_t sequence_number_ = -1;
+  std::vector<std::shared_ptr<VariableNode>> inputs_;
+  std::vector<std::weak_ptr<VariableNode>> outputs_;
+  // Shape, dtype and device of each output, to zero-fill missing gradients.
+  std::vector<Shape> output_shapes_;
+  std::vector<DType> output_dtypes_;
+  std::vector<Device> output_devices_;
+  std::vector<bool> needs_input_grad_;
+  std::vector<Tensor> saved_;
+  bool recording_ = false;
+  bool released_ = false;
+};
+
+// Creates a node of type F and applies it: `call<ReluFunction>({x})`.
+template <typename F, typename... Args>
+Variables call(const Variables& inputs, Args&&... args) {
+  return std::make_shared<F>(std::forward<Args>(args)...)->apply(inputs);
+}
+
+}  // namespace tandem

@@ -1,0 +1,78 @@
+#include "autograd/functions/activation.h"
+
+#include "autograd/function_node.h"
+#include "core/ops.h"
+
+namespace tandem {
+namespace functions {
+
+namespace {
+
+class Relu : public FunctionNode {
+ public:
+  std::string name() const override { return "relu"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    Tensor y = tandem::relu(in[0]);
+    save_for_backward({y});
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    // The gradient at exactly 0 is taken as 0, as in Chainer.
+    const Tensor& y = saved()[0];
+    return {where(greater(y, 0.0), gy[0], zeros({}, y.dtype(), y.device()))};
+  }
+};
+
+class LeakyRelu : public FunctionNode {
+ public:
+  explicit LeakyRelu(double slope) : slope_(slope) {}
+  std::string name() const override { return "leaky_relu"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    save_for_backward({in[0]});
+    return {tandem::leaky_relu(in[0], slope_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    return {where(greater(saved()[0], 0.0), gy[0], tandem::mul(gy[0], slope_))};
+  }
+
+ private:
+  double slope_;
+};
+
+class Sigmoid : public FunctionNode {
+ public:
+  std::string name() const override { return "sigmoid"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    Tensor y = tandem::sigmoid(in[0]);
+    save_for_backward({y});
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    const Tensor& y = saved()[0];
+    return {tandem::mul(gy[0], tandem::mul(y, tandem::rsub(1.0, y)))};  // y (1 - y)
+  }
+};
+
+class Tanh : public FunctionNode {
+ public:
+  std::string name() const override { return "tanh"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    Tensor y = tandem::tanh(in[0]);
+    save_for_backward({y});
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    const Tensor& y = saved()[0];
+    return {tandem::mul(gy[0], tandem::rsub(1.0, tandem::square(y)))};  // 1 - y^2
+  }
+};
+
+}  // namespace
+
+Variable relu(const Variable& x) { return call<Relu>({x})[0]; }
+Variable leaky_relu(const Variable& x, double slope) { return call<LeakyRelu>({x}, slope)[0]; }
+Variable sigmoid(const Variable& x) { return call<Sigmoid>({x})[0]; }
+Variable tanh(const Variable& x) { return call<Tanh>({x})[0]; }
+
+}  // namespace functions
+}  // namespace tandem

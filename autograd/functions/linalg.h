@@ -1,0 +1,18 @@
+// Matrix products.
+#pragma once
+
+#include "autograd/variable.h"
+
+namespace tandem {
+namespace functions {
+
+// numpy.matmul semantics (1-D promotion, batch broadcasting); the flags transpose the last
+// two axes of an operand without copying it.
+Variable matmul(const Variable& a, const Variable& b, bool transpose_a = false, bool transpose_b = false);
+
+// Chainer's linear: y = x W^T + b with W of shape [out, in]. x of shape [N, d1, d2, ...] is
+// treated as [N, d1*d2*...]. b may be undefined (no bias).
+Variable linear(const Variable& x, const Variable& W, const Variable& b = Variable());
+
+}  // namespace functions
+}  // namespace tandem

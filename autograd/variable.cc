@@ -1,0 +1,108 @@
+#include "autograd/variable.h"
+
+#include "autograd/engine.h"
+#include "autograd/function_node.h"
+
+namespace tandem {
+
+VariableNode::~VariableNode() {
+  // Take over the creator and walk backwards, detaching each node we hold the last reference
+  // to from its inputs before letting it go; every destructor then runs with nothing left to
+  // destroy recursively.
+  std::vector<std::shared_ptr<FunctionNode>> pending;
+  if (creator) pending.push_back(std::move(creator));
+  while (!pending.empty()) {
+    std::shared_ptr<FunctionNode> function = std::move(pending.back());
+    pending.pop_back();
+    if (function.use_count() != 1) continue;  // still referenced elsewhere
+    for (std::shared_ptr<VariableNode>& input : function->inputs_) {
+      if (input && input.use_count() == 1 && input->creator) pending.push_back(std::move(input->creator));
+    }
+    function->inputs_.clear();
+  }
+}
+
+Variable::Variable(Tensor data, bool requires_grad, std::string name) : impl_(std::make_shared<VariableImpl>()) {
+  TANDEM_CHECK(data.defined(), "Variable: cannot wrap an undefined tensor");
+  TANDEM_CHECK(!requires_grad || is_floating(data.dtype()), "Variable: only floating variables can require a gradient, got ",
+               data.description());
+  impl_->data = std::move(data);
+  impl_->node = std::make_shared<VariableNode>();
+  VariableNode& node = *impl_->node;
+  node.variable = impl_;
+  node.requires_grad = requires_grad;
+  node.shape = impl_->data.shape();
+  node.dtype = impl_->data.dtype();
+  node.device = impl_->data.device();
+  node.name = std::move(name);
+}
+
+VariableImpl& Variable::impl() const {
+  TANDEM_CHECK(impl_ != nullptr, "Variable: the variable is undefined");
+  return *impl_;
+}
+
+const Tensor& Variable::data() const { return impl().data; }
+
+void Variable::set_data(const Tensor& data) {
+  VariableImpl& v = impl();
+  TANDEM_CHECK(data.defined() && data.shape() == v.data.shape() && data.dtype() == v.data.dtype(),
+               "Variable::set_data: ", description(), " cannot take ", data.description());
+  v.data = data;
+  v.node->device = data.device();
+}
+
+const Tensor& Variable::grad() const { return impl().grad; }
+
+void Variable::set_grad(const Tensor& grad) {
+  VariableImpl& v = impl();
+  TANDEM_CHECK(!grad.defined() || (grad.shape() == v.data.shape() && grad.dtype() == v.data.dtype()),
+               "Variable::set_grad: gradient ", grad.description(), " does not match ", description());
+  v.grad = grad;
+}
+
+void Variable::cleargrad() { impl().grad = Tensor(); }
+
+bool Variable::requires_grad() const { return impl().node->requires_grad; }
+
+void Variable::set_requires_grad(bool requires_grad) {
+  TANDEM_CHECK(is_leaf(), "Variable::set_requires_grad: ", description(),
+               " is the output of a function; only leaves can change it");
+  TANDEM_CHECK(!requires_grad || is_floating(dtype()), "Variable::set_requires_grad: only floating variables can "
+               "require a gradient, got ", description());
+  impl().node->requires_grad = requires_grad;
+}
+
+const std::shared_ptr<FunctionNode>& Variable::creator() const { return impl().node->creator; }
+const std::string& Variable::name() const { return impl().node->name; }
+void Variable::set_name(const std::string& name) { impl().node->name = name; }
+const std::shared_ptr<VariableNode>& Variable::node() const { return impl().node; }
+
+std::string Variable::description() const {
+  if (!defined()) return "undefined variable";
+  std::string out = data().description();
+  if (!name().empty()) out += " '" + name() + "'";
+  return out;
+}
+
+void Variable::backward(const BackwardOptions& options) const { tandem::backward({*this}, {Tensor()}, options); }
+
+void Variable::backward(const Tensor& seed, const BackwardOptions& options) const {
+  tandem::backward({*this}, {seed}, options);
+}
+
+void Variable::unchain() const { impl().node->creator.reset(); }
+
+void Variable::unchain_backward() const {
+  // Cutting every creator reachable from here; iterative for the same reason as ~VariableNode.
+  std::vector<std::shared_ptr<VariableNode>> pending{impl().node};
+  while (!pending.empty()) {
+    std::shared_ptr<VariableNode> node = std::move(pending.back());
+    pending.pop_back();
+    std::shared_ptr<FunctionNode> function = std::move(node->creator);
+    if (!function) continue;
+    for (const std::shared_ptr<VariableNode>& input : function->inputs()) pending.push_back(input);
+  }
+}
+
+}  // namespace tandem

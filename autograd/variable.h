@@ -1,0 +1,100 @@
+// Variable: a tensor together with its place in the define-by-run graph.
+//
+// A Variable is a cheap handle (copies share the same variable). It holds its data, its
+// gradient, and a VariableNode: the graph-side record that the functions which consume the
+// variable keep alive. The graph therefore holds only what backward needs (shapes, creators
+// and whatever tensors each function saved), never the data of intermediate variables that
+// the user has dropped.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tandem {
+
+class FunctionNode;
+struct VariableImpl;
+
+// The graph-side half of a variable. Functions hold their inputs' nodes strongly and their
+// outputs' nodes weakly, so a graph lives exactly as long as some output still refers to it.
+struct VariableNode {
+  std::weak_ptr<VariableImpl> variable;  // where leaf gradients are delivered
+  std::shared_ptr<FunctionNode> creator;  // null for leaves
+  bool requires_grad = false;
+  Shape shape;
+  DType dtype = DType::f32;
+  Device device;
+  std::string name;
+
+  // Frees a deep graph iteratively: the default chain of destructors would recurse once per
+  // node and overflow the stack on long graphs (an RNN unrolled over 100,000 steps).
+  ~VariableNode();
+};
+
+struct BackwardOptions {
+  // Keep the functions' saved tensors so that backward can run through the graph again.
+  bool retain_graph = false;
+  // Also store gradients in intermediate (non-leaf) variables that are still alive.
+  bool retain_grad = false;
+};
+
+class Variable {
+ public:
+  Variable() = default;  // undefined
+  explicit Variable(Tensor data, bool requires_grad = false, std::string name = "");
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& data() const;
+  // Replaces the data in place (optimizers); the shape and dtype must not change.
+  void set_data(const Tensor& data);
+  const Tensor& grad() const;  // undefined until a backward pass reaches this variable
+  void set_grad(const Tensor& grad);
+  void cleargrad();  // grad becomes undefined
+
+  bool requires_grad() const;
+  void set_requires_grad(bool requires_grad);  // only on leaves
+  const std::shared_ptr<FunctionNode>& creator() const;
+  bool is_leaf() const { return creator() == nullptr; }
+  const std::string& name() const;
+  void set_name(const std::string& name);
+
+  const Shape& shape() const { return data().shape(); }
+  std::size_t dim() const { return data().dim(); }
+  std::int64_t numel() const { return data().numel(); }
+  DType dtype() const { return data().dtype(); }
+  Device device() const { return data().device(); }
+  std::string description() const;  // "f32[2, 3] 'name'"
+
+  // Backpropagates from this variable. Without a seed it must be a scalar (seeded with 1) or
+  // have size 0 (a comm delegate variable: the graph is walked with no seed so that the
+  // communication functions behind it run their backward).
+  void backward(const BackwardOptions& options = {}) const;
+  void backward(const Tensor& seed, const BackwardOptions& options = {}) const;
+
+  // Cuts the graph: unchain() makes this variable a leaf; unchain_backward() also cuts every
+  // creator reachable from it, freeing the graph behind it.
+  void unchain() const;
+  void unchain_backward() const;
+
+  const std::shared_ptr<VariableNode>& node() const;
+  bool same_as(const Variable& other) const { return impl_ == other.impl_; }
+
+ private:
+  friend class FunctionNode;
+  explicit Variable(std::shared_ptr<VariableImpl> impl) : impl_(std::move(impl)) {}
+  VariableImpl& impl() const;
+  std::shared_ptr<VariableImpl> impl_;
+};
+
+struct VariableImpl {
+  Tensor data;
+  Tensor grad;
+  std::shared_ptr<VariableNode> node;
+};
+
+using Variables = std::vector<Variable>;
+
+}  // namespace tandem

@@ -1,0 +1,180 @@
+// Element-wise kernels for the CPU backend: unary math through Eigen's vectorised array
+// functions, binary operations and where() over broadcast strides.
+#include <cmath>
+
+#include <Eigen/Core>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/strided_loop.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace tandem {
+
+namespace {
+
+template <typename T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+template <typename T>
+void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, double p1) {
+  ConstArrayMap<T> x(in, n);
+  ArrayMap<T> y(out, n);
+  const T a = static_cast<T>(p0), b = static_cast<T>(p1);
+  switch (op) {
+    case UnaryOp::neg: y = -x; return;
+    case UnaryOp::abs: y = x.abs(); return;
+    case UnaryOp::square: y = x.square(); return;
+    case UnaryOp::sign: y = (x > T(0)).template cast<T>() - (x < T(0)).template cast<T>(); return;
+    case UnaryOp::relu: y = x.max(T(0)); return;
+    case UnaryOp::clip: y = x.max(a).min(b); return;
+    case UnaryOp::leaky_relu: y = (x > T(0)).select(x, x * a); return;
+    case UnaryOp::scale_shift: y = x * a + b; return;
+    case UnaryOp::rsub_scalar: y = a - x; return;
+    default: break;
+  }
+  if constexpr (std::is_floating_point<T>::value) {
+    switch (op) {
+      case UnaryOp::exp: y = x.exp(); return;
+      case UnaryOp::log: y = x.log(); return;
+      case UnaryOp::tanh: y = x.tanh(); return;
+      // 1 / (1 + exp(-x)) overflows gracefully to 0 for very negative x in IEEE arithmetic.
+      case UnaryOp::sigmoid: y = T(1) / (T(1) + (-x).exp()); return;
+      case UnaryOp::sqrt: y = x.sqrt(); return;
+      case UnaryOp::pow_scalar:
+        if (p0 == 2) y = x.square();
+        else if (p0 == 0.5) y = x.sqrt();
+        else y = x.pow(a);
+        return;
+      case UnaryOp::rdiv_scalar: y = a / x; return;
+      default: break;
+    }
+  } else {
+    switch (op) {
+      case UnaryOp::pow_scalar:
+        for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(std::pow(static_cast<double>(in[i]), p0));
+        return;
+      case UnaryOp::rdiv_scalar:
+        for (std::int64_t i = 0; i < n; ++i) {
+          TANDEM_CHECK(in[i] != 0, "div: integer division by zero");
+          out[i] = a / in[i];
+        }
+        return;
+      default: break;
+    }
+  }
+  TANDEM_FAIL("unary: operation ", static_cast<int>(op), " is not defined for dtype ",
+              dtype_name(dtype_of<T>()));
+}
+
+// Transcendental functions cost tens of cycles per element; this tells the parallel loop so.
+std::int64_t unary_cost(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::exp: case UnaryOp::log: case UnaryOp::tanh: case UnaryOp::sigmoid:
+    case UnaryOp::pow_scalar:
+      return 8;
+    default:
+      return 1;
+  }
+}
+
+template <typename T, typename Out, typename F>
+void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, const F& f) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  Out* po = out.data<Out>();
+  const cpu::StridedLoop<3> loop(out.shape(), {contiguous_strides(out.shape()),
+                                               cpu::broadcast_strides(a.shape(), out.shape()),
+                                               cpu::broadcast_strides(b.shape(), out.shape())});
+  loop.run([&](const std::array<std::int64_t, 3>& off, std::int64_t n, const std::array<std::int64_t, 3>& st) {
+    Out* o = po + off[0];
+    const T* x = pa + off[1];
+    const T* y = pb + off[2];
+    // The three layouts that cover almost all calls get their own loops so that each one
+    // vectorises; the output is always contiguous.
+    if (st[1] == 1 && st[2] == 1) {
+      for (std::int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    } else if (st[1] == 1 && st[2] == 0) {
+      const T yv = *y;
+      for (std::int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+    } else if (st[1] == 0 && st[2] == 1) {
+      const T xv = *x;
+      for (std::int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) o[i] = f(x[i * st[1]], y[i * st[2]]);
+    }
+  });
+}
+
+template <typename T>
+void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  switch (op) {
+    case BinaryOp::add: return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x + y); });
+    case BinaryOp::sub: return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x - y); });
+    case BinaryOp::mul: return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x * y); });
+    case BinaryOp::div:
+      if constexpr (std::is_integral<T>::value) {
+        // Integer division truncates toward zero as in C++; dividing by zero is an error, not UB.
+        return binary_loop<T, T>(a, b, out, [](T x, T y) {
+          if (y == 0) TANDEM_FAIL("div: integer division by zero");
+          return T(x / y);
+        });
+      } else {
+        return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x / y); });
+      }
+    case BinaryOp::pow:
+      return binary_loop<T, T>(a, b, out, [](T x, T y) {
+        return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      });
+    case BinaryOp::maximum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x > y ? x : y; });
+    case BinaryOp::minimum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x < y ? x : y; });
+    case BinaryOp::eq: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x == y; });
+    case BinaryOp::ne: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x != y; });
+    case BinaryOp::lt: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x < y; });
+    case BinaryOp::le: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x <= y; });
+    case BinaryOp::gt: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x > y; });
+    case BinaryOp::ge: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
+  }
+}
+
+}  // namespace
+
+void CpuBackend::unary(UnaryOp op, const Tensor& in, Tensor& out, double p0, double p1) {
+  TANDEM_DISPATCH_NUMERIC(in.dtype(), "unary", [&] {
+    const scalar_t* x = in.data<scalar_t>();
+    scalar_t* y = out.data<scalar_t>();
+    cpu::parallel_for(in.numel(), unary_cost(op), cpu::kElementwiseGrain,
+                      [&](std::int64_t b, std::int64_t e) { unary_chunk(op, x + b, y + b, e - b, p0, p1); });
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (out.numel() == 0) return;
+  if (a.dtype() == DType::boolean) {
+    // Booleans support the comparisons and logical and/or spelled as mul/maximum.
+    return binary_typed<bool>(op, a, b, out);
+  }
+  TANDEM_DISPATCH_NUMERIC(a.dtype(), "binary", [&] { binary_typed<scalar_t>(op, a, b, out); });
+}
+
+void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (out.numel() == 0) return;
+  TANDEM_DISPATCH_ALL(out.dtype(), "where", [&] {
+    const bool* pc = cond.data<bool>();
+    const scalar_t* pa = a.data<scalar_t>();
+    const scalar_t* pb = b.data<scalar_t>();
+    scalar_t* po = out.data<scalar_t>();
+    const cpu::StridedLoop<4> loop(out.shape(), {contiguous_strides(out.shape()),
+                                                 cpu::broadcast_strides(cond.shape(), out.shape()),
+                                                 cpu::broadcast_strides(a.shape(), out.shape()),
+                                                 cpu::broadcast_strides(b.shape(), out.shape())});
+    loop.run([&](const std::array<std::int64_t, 4>& off, std::int64_t n, const std::array<std::int64_t, 4>& st) {
+      for (std::int64_t i = 0; i < n; ++i)
+        po[off[0] + i] = pc[off[1] + i * st[1]] ? pa[off[2] + i * st[2]] : pb[off[3] + i * st[3]];
+    });
+  });
+}
+
+}  // namespace tandem

@@ -1,0 +1,49 @@
+// OpenMP helpers for the CPU kernels. Work below the grain size runs on the calling thread:
+// waking a team costs microseconds, more than a small kernel takes.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tandem {
+namespace cpu {
+
+// Elements per thread below which parallelising element-wise work does not pay.
+constexpr std::int64_t kElementwiseGrain = 32768;
+
+// Calls body(begin, end) over [0, n) split into contiguous chunks, one per thread, when
+// n * cost_per_item is at least `grain`; otherwise body(0, n) on this thread. An exception
+// thrown by a chunk is rethrown on the calling thread (letting it leave an OpenMP region
+// would terminate the program).
+template <typename Body>
+void parallel_for(std::int64_t n, std::int64_t cost_per_item, std::int64_t grain, const Body& body) {
+  if (n <= 0) return;
+#ifdef _OPENMP
+  if (n > 1 && n * cost_per_item >= 2 * grain && !omp_in_parallel() && omp_get_max_threads() > 1) {
+    const int threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), n));
+    std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+    {
+      const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const std::int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+      try {
+        if (begin < end) body(begin, end);
+      } catch (...) {
+#pragma omp critical(tandem_parallel_for_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+#endif
+  body(0, n);
+}
+
+}  // namespace cpu
+}  // namespace tandem

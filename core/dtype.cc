@@ -1,0 +1,31 @@
+#include "core/dtype.h"
+
+#include "core/error.h"
+
+namespace tandem {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::boolean: return 1;
+  }
+  TANDEM_FAIL("dtype_size: unknown dtype ", static_cast<int>(dtype));
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::boolean: return "bool";
+  }
+  return "unknown";
+}
+
+bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }
+
+}  // namespace tandem

@@ -1,0 +1,9 @@
+// Everything in core: the tensor and all its operations.
+#pragma once
+
+#include "core/ops/elementwise.h"
+#include "core/ops/linalg.h"
+#include "core/ops/reduce.h"
+#include "core/ops/shape_ops.h"
+#include "core/random.h"
+#include "core/tensor.h"

@@ -1,0 +1,142 @@
+#include "core/ops/elementwise.h"
+
+#include "core/backend.h"
+#include "core/ops/checks.h"
+
+namespace tandem {
+
+using ops_detail::check_compatible;
+using ops_detail::check_floating;
+using ops_detail::check_numeric;
+
+namespace {
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+    case BinaryOp::pow: return "pow";
+    case BinaryOp::maximum: return "maximum";
+    case BinaryOp::minimum: return "minimum";
+    case BinaryOp::eq: return "equal";
+    case BinaryOp::ne: return "not_equal";
+    case BinaryOp::lt: return "less";
+    case BinaryOp::le: return "less_equal";
+    case BinaryOp::gt: return "greater";
+    case BinaryOp::ge: return "greater_equal";
+  }
+  return "binary";
+}
+
+bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  check_compatible({&a, &b}, name);
+  TANDEM_CHECK(is_comparison(op) || a.dtype() != DType::boolean || op == BinaryOp::mul ||
+                   op == BinaryOp::maximum || op == BinaryOp::minimum,
+               name, ": not defined for bool tensors (", a.description(), ", ", b.description(), ")");
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out(shape, is_comparison(op) ? DType::boolean : a.dtype(), a.device());
+  backend_for(a.device(), name).binary(op, a, b, out);
+  return out;
+}
+
+Tensor binary_scalar(BinaryOp op, const Tensor& a, double b) {
+  ops_detail::check_defined(a, binary_name(op));
+  return binary(op, a, scalar_tensor(b, a.dtype(), a.device()));
+}
+
+Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool floating_only, double p0 = 0, double p1 = 0) {
+  if (floating_only) check_floating(x, name);
+  else check_numeric(x, name);
+  Tensor out(x.shape(), x.dtype(), x.device());
+  backend_for(x.device(), name).unary(op, x, out, p0, p1);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
+
+// Scalar arithmetic on floats is one fused scale-and-shift pass; integers keep exact
+// semantics through the binary kernels.
+Tensor add(const Tensor& a, double b) {
+  if (is_floating(a.dtype())) return unary(UnaryOp::scale_shift, a, "add", false, 1, b);
+  return binary_scalar(BinaryOp::add, a, b);
+}
+Tensor sub(const Tensor& a, double b) {
+  if (is_floating(a.dtype())) return unary(UnaryOp::scale_shift, a, "sub", false, 1, -b);
+  return binary_scalar(BinaryOp::sub, a, b);
+}
+Tensor rsub(double a, const Tensor& b) { return unary(UnaryOp::rsub_scalar, b, "rsub", false, a); }
+Tensor mul(const Tensor& a, double b) {
+  if (is_floating(a.dtype())) return unary(UnaryOp::scale_shift, a, "mul", false, b, 0);
+  return binary_scalar(BinaryOp::mul, a, b);
+}
+Tensor div(const Tensor& a, double b) { return binary_scalar(BinaryOp::div, a, b); }
+Tensor rdiv(double a, const Tensor& b) { return unary(UnaryOp::rdiv_scalar, b, "rdiv", false, a); }
+Tensor pow(const Tensor& a, double exponent) { return unary(UnaryOp::pow_scalar, a, "pow", false, exponent); }
+Tensor maximum(const Tensor& a, double b) { return binary_scalar(BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, double b) { return binary_scalar(BinaryOp::minimum, a, b); }
+Tensor scale_shift(const Tensor& x, double scale, double shift) {
+  return unary(UnaryOp::scale_shift, x, "scale_shift", false, scale, shift);
+}
+
+Tensor neg(const Tensor& x) { return unary(UnaryOp::neg, x, "neg", false); }
+Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x, "abs", false); }
+Tensor square(const Tensor& x) { return unary(UnaryOp::square, x, "square", false); }
+Tensor sign(const Tensor& x) { return unary(UnaryOp::sign, x, "sign", false); }
+Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x, "exp", true); }
+Tensor log(const Tensor& x) { return unary(UnaryOp::log, x, "log", true); }
+Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x, "tanh", true); }
+Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x, "sigmoid", true); }
+Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x, "sqrt", true); }
+Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x, "relu", false); }
+Tensor leaky_relu(const Tensor& x, double slope) { return unary(UnaryOp::leaky_relu, x, "leaky_relu", false, slope); }
+Tensor clip(const Tensor& x, double low, double high) {
+  TANDEM_CHECK(low <= high, "clip: low ", low, " > high ", high);
+  return unary(UnaryOp::clip, x, "clip", false, low, high);
+}
+
+Tensor equal(const Tensor& a, const Tensor& b) { return binary(BinaryOp::eq, a, b); }
+Tensor not_equal(const Tensor& a, const Tensor& b) { return binary(BinaryOp::ne, a, b); }
+Tensor less(const Tensor& a, const Tensor& b) { return binary(BinaryOp::lt, a, b); }
+Tensor less_equal(const Tensor& a, const Tensor& b) { return binary(BinaryOp::le, a, b); }
+Tensor greater(const Tensor& a, const Tensor& b) { return binary(BinaryOp::gt, a, b); }
+Tensor greater_equal(const Tensor& a, const Tensor& b) { return binary(BinaryOp::ge, a, b); }
+Tensor equal(const Tensor& a, double b) { return binary_scalar(BinaryOp::eq, a, b); }
+Tensor not_equal(const Tensor& a, double b) { return binary_scalar(BinaryOp::ne, a, b); }
+Tensor less(const Tensor& a, double b) { return binary_scalar(BinaryOp::lt, a, b); }
+Tensor less_equal(const Tensor& a, double b) { return binary_scalar(BinaryOp::le, a, b); }
+Tensor greater(const Tensor& a, double b) { return binary_scalar(BinaryOp::gt, a, b); }
+Tensor greater_equal(const Tensor& a, double b) { return binary_scalar(BinaryOp::ge, a, b); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_compatible({&a, &b}, "where");
+  ops_detail::check_defined(cond, "where");
+  TANDEM_CHECK(cond.dtype() == DType::boolean, "where: the condition must be bool, got ", cond.description());
+  TANDEM_CHECK(cond.device() == a.device(), "where: condition on ", cond.device(), " but values on ", a.device());
+  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out(shape, a.dtype(), a.device());
+  backend_for(a.device(), "where").where(cond, a, b, out);
+  return out;
+}
+
+void add_(Tensor& dst, const Tensor& src) {
+  check_compatible({&dst, &src}, "add_");
+  TANDEM_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(), "add_: cannot add ",
+               src.description(), " into ", dst.description(), " in place");
+  // The kernel reads each element before writing it, so dst may alias an operand.
+  backend_for(dst.device(), "add_").binary(BinaryOp::add, dst, src, dst);
+}
+
+}  // namespace tandem

@@ -1,0 +1,106 @@
+// The tensor: a typed, shaped, row-major view into shared device storage.
+//
+// Tensors are always contiguous (row-major) from their offset on. Copies are explicit:
+// `reshape` and `slice_rows` return views sharing storage; `clone` copies. Operations live in
+// core/ops/ as free functions and run on the tensor's device through its Backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace tandem {
+
+class Generator;
+
+class Tensor {
+ public:
+  // An undefined tensor (no storage); `defined()` tells it apart. Used for "no gradient".
+  Tensor() = default;
+  // Allocates uninitialised storage.
+  Tensor(const Shape& shape, DType dtype, Device device = Device::cpu());
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  std::size_t dim() const { return shape_.size(); }
+  std::int64_t size(std::int64_t axis) const;
+  std::int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
+  std::string description() const;  // "f32[2, 3] on cpu"
+
+  // Raw access. On CUDA tensors these are device pointers.
+  void* raw_data();
+  const void* raw_data() const;
+  // Typed access; checks that T matches the dtype.
+  template <typename T> T* data();
+  template <typename T> const T* data() const;
+  // The storage and the offset (in elements) at which this tensor starts: for copy kernels.
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  std::int64_t storage_offset() const { return offset_; }
+  bool shares_storage_with(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
+
+  // Views (no copy). reshape accepts one -1 extent, inferred from the others.
+  Tensor reshape(const Shape& shape) const;
+  Tensor flatten() const { return reshape({numel_}); }
+  // Rows [begin, end) of the first axis, sharing storage.
+  Tensor slice_rows(std::int64_t begin, std::int64_t end) const;
+
+  // Copies.
+  Tensor clone() const;
+  Tensor to(DType dtype) const;    // returns *this when the dtype already matches
+  Tensor to(Device device) const;  // returns *this when the device already matches
+  // Copies `src` (same shape and dtype, any device) into this tensor's memory.
+  void copy_(const Tensor& src);
+
+  // Host read-out. to_vector<T> converts to T when the dtype differs.
+  template <typename T> std::vector<T> to_vector() const;
+  double item() const;  // the single element as a double; errors unless numel() == 1
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  std::int64_t offset_ = 0;  // elements
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  DType dtype_ = DType::f32;
+  Device device_;
+};
+
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
+
+// ---- creation ----
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Device::cpu());  // shape []
+// [start, stop) in steps of step, as in numpy.arange.
+Tensor arange(double start, double stop, double step = 1, DType dtype = DType::f32,
+              Device device = Device::cpu());
+Tensor arange(std::int64_t stop, DType dtype = DType::i64);
+// Copies host data: `count` elements of `dtype` at `data`, which must equal numel(shape).
+Tensor from_buffer(const void* data, const Shape& shape, DType dtype, Device device = Device::cpu());
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
+template <typename T>
+Tensor from_vector(const std::vector<T>& values) { return from_vector(values, {static_cast<std::int64_t>(values.size())}); }
+
+// Random tensors from a seeded generator (core/random.h); same seed, same numbers.
+Tensor randn(const Shape& shape, Generator& generator, double mean = 0, double stddev = 1,
+             DType dtype = DType::f32, Device device = Device::cpu());
+Tensor rand_uniform(const Shape& shape, Generator& generator, double low = 0, double high = 1,
+                    DType dtype = DType::f32, Device device = Device::cpu());
+
+}  // namespace tandem

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs (with apt-get) the Debian packages the offline Bazel build needs,
+# but only those that are missing. Prints one line and does nothing if all
+# are present.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap
+  libeigen3-dev
+  mpich
+  libmpich-dev
+  catch2
+  zlib1g-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup.sh: all required packages are present (${PACKAGES[*]})."
+  exit 0
+fi
+
+echo "setup.sh: installing missing packages: ${missing[*]}"
+SUDO=()
+if [[ "$(id -u)" -ne 0 ]]; then
+  SUDO=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
