@@ -91,9 +91,7 @@ class BackwardEngine {
           grad_outputs[i] = zeros(function.output_shapes_[i], function.output_dtypes_[i], function.output_devices_[i]);
       }
     }
-    TANDEM_CHECK(!function.released(), "backward: the graph through ", function.name(), " (node #",
-                 function.sequence_number(), ") was already freed by an earlier backward(); pass "
-                 "BackwardOptions{.retain_graph = true} to the first backward to run backward through it again");
+    function.check_not_released();
     std::vector<Tensor> grad_inputs = function.backward(grad_outputs);
     if (!options_.retain_graph) function.release_saved();
 

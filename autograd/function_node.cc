@@ -71,10 +71,14 @@ void FunctionNode::save_for_backward(std::vector<Tensor> tensors) {
   if (recording_) saved_ = std::move(tensors);
 }
 
-const std::vector<Tensor>& FunctionNode::saved() const {
+void FunctionNode::check_not_released() const {
   TANDEM_CHECK(!released_, "backward: the graph through ", name(), " (node #", sequence_number_,
-               ") was already freed by an earlier backward(); pass BackwardOptions{.retain_graph = true} to "
+               ") was already freed by an earlier backward(); set BackwardOptions::retain_graph in "
                "the first backward to run backward through it again");
+}
+
+const std::vector<Tensor>& FunctionNode::saved() const {
+  check_not_released();
   return saved_;
 }
 

@@ -53,6 +53,8 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   // Frees the saved tensors; a later backward through this node is an error.
   void release_saved();
   bool released() const { return released_; }
+  // Throws the "graph already freed" error if release_saved() has run.
+  void check_not_released() const;
 
  protected:
   void save_for_backward(std::vector<Tensor> tensors);

@@ -1,5 +1,7 @@
-// Whether operations record the graph. NoGradGuard switches recording off for its scope on the
-// current thread (inference, optimizer updates, numerical gradients).
+// Thread-local modes, as Chainer's configuration: whether operations record the graph
+// (NoGradGuard switches recording off for a scope: inference, optimizer updates, numerical
+// gradients), and whether the model is training (dropout and batch normalisation read it;
+// TrainModeGuard sets it for a scope, e.g. false during evaluation).
 #pragma once
 
 namespace tandem {
@@ -12,6 +14,19 @@ class NoGradGuard {
   ~NoGradGuard();
   NoGradGuard(const NoGradGuard&) = delete;
   NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool train_mode();
+
+class TrainModeGuard {
+ public:
+  explicit TrainModeGuard(bool train);
+  ~TrainModeGuard();
+  TrainModeGuard(const TrainModeGuard&) = delete;
+  TrainModeGuard& operator=(const TrainModeGuard&) = delete;
 
  private:
   bool previous_;
