@@ -36,7 +36,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
-  std::string description() const;  // "f32[2, 3] on cpu"
+  std::string description() const;  // "f32[2, 3]", or "f32[2, 3] on cuda:0" off the CPU
 
   // Raw access. On CUDA tensors these are device pointers.
   void* raw_data();

@@ -50,7 +50,12 @@ class MatMul : public FunctionNode {
  private:
   // Batch axes that were broadcast in forward are summed away; 1-D inputs get their shape back.
   static Tensor reduce_batch(const Tensor& g, const Shape& shape) {
-    if (shape.size() == 1) return g.reshape(shape);
+    if (shape.size() == 1) {
+      // A promoted vector: its gradient is [..., 1, K] (a) or [..., K, 1] (b); any batch axes
+      // the other operand brought in are summed away before the added axis is dropped.
+      const Shape matrix(g.shape().end() - 2, g.shape().end());
+      return sum_to(g, matrix).reshape(shape);
+    }
     return sum_to(g, shape);
   }
 
@@ -65,7 +70,7 @@ class Linear : public FunctionNode {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor& W = in[1];
     TANDEM_CHECK(W.dim() == 2, "linear: W must be 2-D [out, in], got ", W.description());
-    TANDEM_CHECK(in[0].dim() >= 1, "linear: x must have a batch axis, got ", in[0].description());
+    TANDEM_CHECK(in[0].dim() >= 2, "linear: x must be [N, features...], got ", in[0].description());
     x_shape_ = in[0].shape();
     const std::int64_t batch = in[0].size(0);
     const Tensor x = in[0].reshape({batch, batch == 0 ? W.size(1) : in[0].numel() / batch});
@@ -74,6 +79,8 @@ class Linear : public FunctionNode {
     if (in.size() == 3) {
       TANDEM_CHECK(in[2].dim() == 1 && in[2].size(0) == W.size(0), "linear: b ", in[2].description(),
                    " does not match W ", W.description());
+      TANDEM_CHECK(in[2].dtype() == W.dtype(), "linear: b ", in[2].description(), " and W ", W.description(),
+                   " have different dtypes");
     }
     save_for_backward({needs_input_grad(1) ? x : Tensor(), needs_input_grad(0) ? W : Tensor()});
     Tensor y = tandem::matmul(x, W, false, true);

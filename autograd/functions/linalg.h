@@ -11,7 +11,7 @@ namespace functions {
 Variable matmul(const Variable& a, const Variable& b, bool transpose_a = false, bool transpose_b = false);
 
 // Chainer's linear: y = x W^T + b with W of shape [out, in]. x of shape [N, d1, d2, ...] is
-// treated as [N, d1*d2*...]. b may be undefined (no bias).
+// treated as [N, d1*d2*...]; x must have at least 2 axes. b may be undefined (no bias).
 Variable linear(const Variable& x, const Variable& W, const Variable& b = Variable());
 
 }  // namespace functions

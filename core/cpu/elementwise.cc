@@ -1,6 +1,8 @@
 // Element-wise kernels for the CPU backend: unary math through Eigen's vectorised array
 // functions, binary operations and where() over broadcast strides.
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -17,6 +19,16 @@ template <typename T>
 using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// The one integer quotient that does not fit its type (and traps on x86): min / -1.
+template <typename T>
+bool is_overflowing_division(T x, T y) {
+  if constexpr (std::is_signed<T>::value && std::is_integral<T>::value) {
+    return y == T(-1) && x == std::numeric_limits<T>::min();
+  } else {
+    return false;
+  }
+}
 
 template <typename T>
 void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, double p1) {
@@ -59,6 +71,7 @@ void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, dou
       case UnaryOp::rdiv_scalar:
         for (std::int64_t i = 0; i < n; ++i) {
           TANDEM_CHECK(in[i] != 0, "div: integer division by zero");
+          TANDEM_CHECK(!is_overflowing_division(a, in[i]), "div: integer overflow (", a, " / ", in[i], ")");
           out[i] = a / in[i];
         }
         return;
@@ -119,6 +132,7 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
         // Integer division truncates toward zero as in C++; dividing by zero is an error, not UB.
         return binary_loop<T, T>(a, b, out, [](T x, T y) {
           if (y == 0) TANDEM_FAIL("div: integer division by zero");
+          if (is_overflowing_division(x, y)) TANDEM_FAIL("div: integer overflow (", x, " / ", y, ")");
           return T(x / y);
         });
       } else {

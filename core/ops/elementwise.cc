@@ -135,8 +135,9 @@ void add_(Tensor& dst, const Tensor& src) {
   check_compatible({&dst, &src}, "add_");
   TANDEM_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(), "add_: cannot add ",
                src.description(), " into ", dst.description(), " in place");
-  // The kernel reads each element before writing it, so dst may alias an operand.
-  backend_for(dst.device(), "add_").binary(BinaryOp::add, dst, src, dst);
+  // The kernel reads each element of dst before writing it, so dst can be its own operand; a src
+  // sharing dst's storage (b[1:] += b[:-1]) is copied first, or it would read updated values.
+  backend_for(dst.device(), "add_").binary(BinaryOp::add, dst, src.shares_storage_with(dst) ? src.clone() : src, dst);
 }
 
 }  // namespace tandem

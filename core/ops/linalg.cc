@@ -64,7 +64,10 @@ void matmul_accumulate_(Tensor& out, const Tensor& a, const Tensor& b, bool ta, 
   const std::int64_t kb = tb ? b.size(1) : b.size(0), n = tb ? b.size(0) : b.size(1);
   TANDEM_CHECK(k == kb && out.size(0) == m && out.size(1) == n, "matmul_accumulate_: shapes do not match: ",
                out.description(), " += ", a.description(), " @ ", b.description(), flags(ta, tb));
-  backend_for(a.device(), "matmul_accumulate_").matmul(a, b, out, 1, m, n, k, ta, tb, true);
+  // GEMM reads its operands while writing out: an operand that shares out's memory is copied.
+  const Tensor a_safe = a.shares_storage_with(out) ? a.clone() : a;
+  const Tensor b_safe = b.shares_storage_with(out) ? b.clone() : b;
+  backend_for(a.device(), "matmul_accumulate_").matmul(a_safe, b_safe, out, 1, m, n, k, ta, tb, true);
 }
 
 }  // namespace tandem

@@ -90,6 +90,7 @@ Tensor min(const Tensor& x, const Axes& axes, bool keepdims) { return reduce(Red
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) {
   ops_detail::check_floating(x, "mean");
   Tensor total = sum(x, axes, keepdims);
+  if (total.numel() == 0) return total;  // an empty result: nothing to divide, whatever the axes
   const std::int64_t count = x.numel() / std::max<std::int64_t>(total.numel(), 1);
   TANDEM_CHECK(count > 0, "mean: mean over an empty axis of ", x.description());
   return mul(total, 1.0 / static_cast<double>(count));

@@ -115,7 +115,7 @@ Tensor stack(const std::vector<Tensor>& xs, std::int64_t axis) {
   std::vector<Tensor> expanded;
   expanded.reserve(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    ops_detail::check_defined(xs[i], "stack");
+    ops_detail::check_compatible({&xs[0], &xs[i]}, "stack");
     TANDEM_CHECK(xs[i].shape() == xs[0].shape(), "stack: tensor ", i, " is ", xs[i].description(),
                  " but tensor 0 is ", xs[0].description());
     expanded.push_back(expand_dims(xs[i], a));
@@ -134,7 +134,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& indi
     const std::int64_t end = i < indices.size() ? std::clamp<std::int64_t>(indices[i], 0, extent) : extent;
     TANDEM_CHECK(i == indices.size() || indices[i] >= 0, "split: negative index ", indices[i]);
     pieces.push_back(slice(x, a, begin, std::max(begin, end)));
-    begin = std::max(begin, end);
+    begin = end;  // numpy: the next piece starts at this index even when it decreased
   }
   return pieces;
 }
@@ -214,7 +214,8 @@ Tensor index(const Tensor& x, const IndexList& indices) {
 void index_put_(Tensor& dst, const IndexList& indices, const Tensor& src) {
   const ResolvedIndex r = resolve(dst, indices, "index_put_");
   ops_detail::check_compatible({&dst, &src}, "index_put_");
-  const Tensor value = broadcast_to(src, r.shape);
+  // A src that overlaps dst (dst[::-1] = dst) is copied first, as numpy does.
+  const Tensor value = broadcast_to(src.shares_storage_with(dst) ? src.clone() : src, r.shape);
   copy_view(value, contiguous_view(r.shape), dst, r.view, r.shape, "index_put_");
 }
 

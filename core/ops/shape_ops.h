@@ -1,5 +1,6 @@
 // Axis manipulation: permutations, broadcasting, joining, splitting and indexing. Operations
-// that can be views (reshape, squeeze, expand_dims) share storage; the others copy.
+// that can be views (reshape, squeeze, expand_dims) share storage; the others copy, except
+// that broadcast_to returns x itself when the shape already matches (as sum_to does).
 #pragma once
 
 #include <vector>
