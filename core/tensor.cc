@@ -153,7 +153,7 @@ std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(values, values + numel_);
 }
 
-// std::vector<bool> has no contiguous buffer to copy into, so it is filled element-wise.
+// Filled element-wise: std::vector<bool> has no contiguous buffer to copy into.
 template <>
 std::vector<bool> Tensor::to_vector<bool>() const {
   TANDEM_CHECK(defined(), "to_vector: the tensor is undefined");

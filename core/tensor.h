@@ -75,6 +75,9 @@ class Tensor {
   Device device_;
 };
 
+// std::vector<bool> has no contiguous buffer, so bool has its own specialisations.
+template <> std::vector<bool> Tensor::to_vector<bool>() const;
+
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 
 // ---- creation ----
@@ -90,10 +93,12 @@ Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Dev
 Tensor arange(double start, double stop, double step = 1, DType dtype = DType::f32,
               Device device = Device::cpu());
 Tensor arange(std::int64_t stop, DType dtype = DType::i64);
-// Copies host data: `count` elements of `dtype` at `data`, which must equal numel(shape).
+// Copies numel(shape) elements of `dtype` from host memory at `data`.
 Tensor from_buffer(const void* data, const Shape& shape, DType dtype, Device device = Device::cpu());
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
+template <>
+Tensor from_vector<bool>(const std::vector<bool>& values, const Shape& shape, Device device);
 template <typename T>
 Tensor from_vector(const std::vector<T>& values) { return from_vector(values, {static_cast<std::int64_t>(values.size())}); }
 
