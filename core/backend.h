@@ -81,6 +81,11 @@ class Backend {
   // stack and broadcast_to.
   virtual void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
                             const StridedView& dst_view, const Shape& shape) = 0;
+
+  // ---- convolution and pooling kernels (CPU: core/cpu/conv.cc, core/cpu/pooling.cc) ----
+
+  // ---- embedding, recurrent and normalisation kernels (CPU: core/cpu/indexing.cc,
+  //      core/cpu/recurrent.cc, core/cpu/normalization.cc) ----
 };
 
 // The backend for a device type; throws naming OP when that device has no backend in this

@@ -26,6 +26,10 @@ class CpuBackend final : public Backend {
               std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b, bool accumulate) override;
   void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst, const StridedView& dst_view,
                     const Shape& shape) override;
+
+  // ---- convolution and pooling (conv.cc, pooling.cc) ----
+
+  // ---- embedding, recurrent and normalisation (indexing.cc, recurrent.cc, normalization.cc) ----
 };
 
 CpuBackend& cpu_backend();
