@@ -45,6 +45,13 @@ struct StridedView {
   Shape strides;
 };
 
+// Hyperparameters of one Adam step, with the bias correction already folded into alpha_t.
+struct AdamStep {
+  double alpha_t = 0;  // alpha * sqrt(1 - beta2^t) / (1 - beta1^t)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, eta = 1.0, weight_decay_rate = 0;
+  bool amsgrad = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -81,6 +88,17 @@ class Backend {
   // stack and broadcast_to.
   virtual void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
                             const StridedView& dst_view, const Shape& shape) = 0;
+
+  // ---- optimizer kernels (CPU: core/cpu/optimizer.cc): one fused pass per parameter ----
+  virtual void sgd_update(Tensor& param, const Tensor& grad, double lr) = 0;
+  // v = momentum * v - lr * g; p += v
+  virtual void momentum_sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, double lr,
+                                   double momentum) = 0;
+  // Chainer's Adam step (see layers/optimizers/adam.h); vhat is used only when step.amsgrad.
+  virtual void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vhat,
+                           const AdamStep& step) = 0;
+  // Sum of squares of all elements, accumulated in double (gradient clipping).
+  virtual double sum_of_squares(const Tensor& x) = 0;
 
   // ---- convolution and pooling kernels (CPU: core/cpu/conv.cc, core/cpu/pooling.cc) ----
 

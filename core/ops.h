@@ -3,6 +3,7 @@
 
 #include "core/ops/elementwise.h"
 #include "core/ops/linalg.h"
+#include "core/ops/optimizer_update.h"
 #include "core/ops/reduce.h"
 #include "core/ops/shape_ops.h"
 #include "core/random.h"

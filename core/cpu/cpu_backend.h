@@ -27,6 +27,13 @@ class CpuBackend final : public Backend {
   void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst, const StridedView& dst_view,
                     const Shape& shape) override;
 
+  // ---- optimizer kernels (optimizer.cc) ----
+  void sgd_update(Tensor& param, const Tensor& grad, double lr) override;
+  void momentum_sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, double lr, double momentum) override;
+  void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vhat,
+                   const AdamStep& step) override;
+  double sum_of_squares(const Tensor& x) override;
+
   // ---- convolution and pooling (conv.cc, pooling.cc) ----
 
   // ---- embedding, recurrent and normalisation (indexing.cc, recurrent.cc, normalization.cc) ----

@@ -1,0 +1,40 @@
+#include "core/ops/optimizer_update.h"
+
+#include "core/ops/checks.h"
+
+namespace tandem {
+
+namespace {
+
+void check_state(const Tensor& param, std::initializer_list<const Tensor*> others, const char* op) {
+  ops_detail::check_floating(param, op);
+  ops_detail::check_compatible(others, op);
+  for (const Tensor* t : others)
+    TANDEM_CHECK(t->shape() == param.shape() && t->dtype() == param.dtype() && t->device() == param.device(), op,
+                 ": parameter ", param.description(), " and state/gradient ", t->description(), " differ");
+}
+
+}  // namespace
+
+void sgd_update_(Tensor& param, const Tensor& grad, double lr) {
+  check_state(param, {&param, &grad}, "sgd_update_");
+  backend_for(param.device(), "sgd_update_").sgd_update(param, grad, lr);
+}
+
+void momentum_sgd_update_(Tensor& param, const Tensor& grad, Tensor& velocity, double lr, double momentum) {
+  check_state(param, {&param, &grad, &velocity}, "momentum_sgd_update_");
+  backend_for(param.device(), "momentum_sgd_update_").momentum_sgd_update(param, grad, velocity, lr, momentum);
+}
+
+void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vhat, const AdamStep& step) {
+  if (step.amsgrad) check_state(param, {&param, &grad, &m, &v, &vhat}, "adam_update_");
+  else check_state(param, {&param, &grad, &m, &v}, "adam_update_");
+  backend_for(param.device(), "adam_update_").adam_update(param, grad, m, v, vhat, step);
+}
+
+double sum_of_squares(const Tensor& x) {
+  ops_detail::check_floating(x, "sum_of_squares");
+  return backend_for(x.device(), "sum_of_squares").sum_of_squares(x);
+}
+
+}  // namespace tandem

@@ -1,0 +1,117 @@
+// Links: the building blocks of models, with Chainer's names and semantics.
+//
+// A Link owns named parameters (Variables that require a gradient) and persistent buffers
+// (tensors saved with the model but not trained, e.g. batch-norm running statistics).
+// A Chain nests named child links and a ChainList an ordered list of them; parameter names
+// are paths: "predictor/l1/W". Parameters may be declared before their shape is known
+// (Linear(-1, 100)) and are initialised at the first forward pass.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace tandem {
+
+class Link;
+using LinkPtr = std::shared_ptr<Link>;
+
+class Link {
+ public:
+  Link() = default;
+  virtual ~Link() = default;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  // The link's kind, for errors ("Linear", "Classifier").
+  virtual std::string type_name() const { return "Link"; }
+
+  // A single-input forward, for links that have one (Linear, Convolution2D, user chains).
+  virtual Variable forward(const Variable& x);
+  Variable operator()(const Variable& x) { return forward(x); }
+
+  // ---- parameters and persistent buffers of this link and all its descendants ----
+  // (name, parameter) pairs in registration order, children after their parent's own, with
+  // path names. Parameters not yet initialised (lazy shapes) are listed as undefined.
+  std::vector<std::pair<std::string, Variable>> namedparams(bool include_uninitialized = false) const;
+  std::vector<Variable> params() const;  // initialised parameters only
+  std::vector<std::pair<std::string, Tensor*>> namedpersistents();
+  std::int64_t count_params() const;  // total number of elements of the initialised parameters
+  void cleargrads();
+  // Copies parameter and persistent values from a link of the same structure.
+  void copyparams(const Link& other);
+
+  // Train/test mode of this link and its children (read by links such as BatchNormalization).
+  void set_train(bool train);
+  bool is_train() const { return train_; }
+
+  // The named children (empty for plain links).
+  const std::vector<std::pair<std::string, LinkPtr>>& children() const { return children_; }
+
+  // The parameter or buffer of this link itself; errors name the link and list what exists.
+  Variable& param(const std::string& name);
+  const Variable& param(const std::string& name) const;
+  Tensor& persistent(const std::string& name);
+
+ protected:
+  // Registers a parameter with its initial value (requires_grad is set).
+  Variable& add_param(const std::string& name, const Tensor& value);
+  // Registers a parameter whose shape is fixed later by initialize_param.
+  void add_uninitialized_param(const std::string& name);
+  Variable& initialize_param(const std::string& name, const Tensor& value);
+  bool param_initialized(const std::string& name) const;
+  void add_persistent(const std::string& name, const Tensor& value);
+  void add_child(const std::string& name, LinkPtr child);
+
+ private:
+  void collect_params(const std::string& prefix, bool include_uninitialized,
+                      std::vector<std::pair<std::string, Variable>>& out) const;
+  void collect_persistents(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
+  std::size_t param_index(const std::string& name) const;
+
+  std::vector<std::pair<std::string, Variable>> params_;
+  std::vector<std::pair<std::string, Tensor>> persistents_;
+  std::vector<std::pair<std::string, LinkPtr>> children_;
+  bool train_ = true;
+};
+
+// A link with named children: `add_link("l1", std::make_shared<Linear>(-1, 100))`.
+class Chain : public Link {
+ public:
+  std::string type_name() const override { return "Chain"; }
+  template <typename T>
+  std::shared_ptr<T> add_link(const std::string& name, std::shared_ptr<T> link) {
+    add_child(name, link);
+    return link;
+  }
+  // The child of that name, cast to T; errors if absent or of another type.
+  template <typename T = Link>
+  std::shared_ptr<T> get(const std::string& name) const {
+    auto link = std::dynamic_pointer_cast<T>(child(name));
+    TANDEM_CHECK(link != nullptr, type_name(), ": child '", name, "' is a ", child(name)->type_name(),
+                 ", not the type requested");
+    return link;
+  }
+  LinkPtr child(const std::string& name) const;
+};
+
+// An ordered list of links, named "0", "1", ... in parameter paths.
+class ChainList : public Link {
+ public:
+  std::string type_name() const override { return "ChainList"; }
+  template <typename T>
+  std::shared_ptr<T> append(std::shared_ptr<T> link) {
+    add_child(std::to_string(children().size()), link);
+    return link;
+  }
+  std::size_t size() const { return children().size(); }
+  const LinkPtr& operator[](std::size_t i) const;
+  // Feeds x through every child's single-input forward in order.
+  Variable forward(const Variable& x) override;
+};
+
+}  // namespace tandem

@@ -1,0 +1,31 @@
+#include "layers/links/linear.h"
+
+#include "autograd/functions/linalg.h"
+
+namespace tandem {
+
+Linear::Linear(std::int64_t in_size, std::int64_t out_size, LinearOptions options)
+    : in_size_(in_size), out_size_(out_size), options_(std::move(options)) {
+  TANDEM_CHECK(out_size > 0 && (in_size > 0 || in_size == -1), "Linear: sizes must be positive (in_size -1 = "
+               "inferred), got in_size ", in_size, ", out_size ", out_size);
+  if (!options_.initialW) options_.initialW = initializers::lecun_normal();
+  if (!options_.initial_bias) options_.initial_bias = initializers::zero();
+  add_uninitialized_param("W");
+  if (in_size > 0) initialize_W(in_size);
+  if (!options_.nobias) add_param("b", options_.initial_bias({out_size}, options_.dtype));
+}
+
+void Linear::initialize_W(std::int64_t in_size) {
+  in_size_ = in_size;
+  initialize_param("W", options_.initialW({out_size_, in_size}, options_.dtype));
+}
+
+Variable Linear::forward(const Variable& x) {
+  if (!param_initialized("W")) {
+    TANDEM_CHECK(x.dim() >= 2, "Linear: input must be [N, features...], got ", x.description());
+    initialize_W(shape_numel(Shape(x.shape().begin() + 1, x.shape().end())));
+  }
+  return functions::linear(x, param("W"), options_.nobias ? Variable() : param("b"));
+}
+
+}  // namespace tandem

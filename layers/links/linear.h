@@ -1,0 +1,38 @@
+// Linear: y = x W^T + b, W of shape [out_size, in_size]. in_size -1 defers the shape to the
+// first forward pass (Chainer's L.Linear(None, n)).
+#pragma once
+
+#include "layers/initializers.h"
+#include "layers/link.h"
+
+namespace tandem {
+
+struct LinearOptions {
+  bool nobias = false;
+  initializers::Initializer initialW;  // default: LeCun normal
+  initializers::Initializer initial_bias;  // default: zeros
+  DType dtype = DType::f32;
+};
+
+class Linear : public Link {
+ public:
+  Linear(std::int64_t in_size, std::int64_t out_size, LinearOptions options = {});
+  // Chainer's L.Linear(n): input size inferred.
+  explicit Linear(std::int64_t out_size) : Linear(-1, out_size) {}
+
+  std::string type_name() const override { return "Linear"; }
+  Variable forward(const Variable& x) override;
+
+  std::int64_t in_size() const { return in_size_; }
+  std::int64_t out_size() const { return out_size_; }
+  Variable& W() { return param("W"); }
+  Variable& b() { return param("b"); }
+
+ private:
+  void initialize_W(std::int64_t in_size);
+
+  std::int64_t in_size_, out_size_;
+  LinearOptions options_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,100 @@
+#include "layers/optimizers/optimizer.h"
+
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "core/ops.h"
+
+namespace tandem {
+
+void Optimizer::setup(LinkPtr target) {
+  TANDEM_CHECK(target != nullptr, type_name(), "::setup: the target link is null");
+  target_ = std::move(target);
+}
+
+const LinkPtr& Optimizer::target() const {
+  TANDEM_CHECK(target_ != nullptr, type_name(), ": setup(link) has not been called");
+  return target_;
+}
+
+void Optimizer::add_hook(std::shared_ptr<OptimizerHook> hook) {
+  TANDEM_CHECK(hook != nullptr, type_name(), "::add_hook: null hook");
+  hooks_.push_back(std::move(hook));
+}
+
+void Optimizer::update() {
+  const LinkPtr& link = target();
+  ++t_;
+  for (const auto& hook : hooks_) (*hook)(*this);
+  for (auto& [name, param] : link->namedparams()) {
+    if (!param.grad().defined()) continue;
+    TANDEM_CHECK(param.grad().shape() == param.shape() && param.grad().dtype() == param.dtype(), type_name(),
+                 ": gradient ", param.grad().description(), " of parameter '", name, "' does not match ",
+                 param.description());
+    auto [it, created] = states_.try_emplace(name);
+    if (created) init_state(param, it->second);
+    update_one(param, it->second);
+  }
+}
+
+void Optimizer::update(const std::function<Variable()>& lossfun) {
+  target()->cleargrads();
+  const Variable loss = lossfun();
+  loss.backward();
+  update();
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back("t", full({}, static_cast<double>(t_), DType::i64));
+  out.emplace_back("epoch", full({}, static_cast<double>(epoch_), DType::i64));
+  for (const auto& [param, state] : states_)
+    for (const auto& [key, tensor] : state) out.emplace_back(param + "/" + key, tensor);
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& entries) {
+  std::map<std::string, Variable> params;
+  for (auto& [name, param] : target()->namedparams()) params[name] = param;
+  std::map<std::string, State> states;
+  std::int64_t t = -1, epoch = -1;
+  for (const auto& [key, tensor] : entries) {
+    if (key == "t") { t = static_cast<std::int64_t>(tensor.item()); continue; }
+    if (key == "epoch") { epoch = static_cast<std::int64_t>(tensor.item()); continue; }
+    const auto slash = key.rfind('/');
+    TANDEM_CHECK(slash != std::string::npos, type_name(), ": unexpected optimizer state entry '", key, "'");
+    const std::string param_name = key.substr(0, slash);
+    auto param = params.find(param_name);
+    TANDEM_CHECK(param != params.end(), type_name(), ": state for '", param_name, "', which the model does not have");
+    TANDEM_CHECK(tensor.shape() == param->second.shape() && tensor.dtype() == param->second.dtype(), type_name(),
+                 ": state '", key, "' is ", tensor.description(), " but the parameter is ", param->second.description());
+    states[param_name][key.substr(slash + 1)] = tensor.clone();
+  }
+  TANDEM_CHECK(t >= 0 && epoch >= 0, type_name(), ": the saved state has no 't'/'epoch' entries");
+  t_ = t;
+  epoch_ = epoch;
+  states_ = std::move(states);
+}
+
+void WeightDecay::operator()(Optimizer& optimizer) {
+  for (Variable& p : optimizer.target()->params())
+    if (p.grad().defined()) p.set_grad(add(p.grad(), mul(p.data(), rate_)));
+}
+
+GradientClipping::GradientClipping(double threshold) : threshold_(threshold) {
+  TANDEM_CHECK(threshold > 0, "GradientClipping: threshold must be positive, got ", threshold);
+}
+
+void GradientClipping::operator()(Optimizer& optimizer) {
+  double squares = 0;
+  const std::vector<Variable> params = optimizer.target()->params();
+  for (const Variable& p : params)
+    if (p.grad().defined()) squares += sum_of_squares(p.grad());
+  const double norm = std::sqrt(squares);
+  if (norm <= threshold_) return;
+  const double rate = threshold_ / norm;
+  for (Variable p : params)
+    if (p.grad().defined()) p.set_grad(mul(p.grad(), rate));
+}
+
+}  // namespace tandem

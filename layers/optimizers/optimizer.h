@@ -1,0 +1,90 @@
+// Optimizers, with Chainer's semantics: setup(link), then update() after backward (or
+// update(lossfun), which clears the gradients, computes the loss, backpropagates and updates).
+// Each update runs the hooks (weight decay, gradient clipping), then the update rule on every
+// parameter that has a gradient; parameters without one are skipped. State is kept per
+// parameter name, so lazily initialised parameters join when they appear.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/link.h"
+
+namespace tandem {
+
+class Optimizer;
+
+// Runs before the update rules, on the whole set of gradients.
+class OptimizerHook {
+ public:
+  virtual ~OptimizerHook() = default;
+  virtual std::string name() const = 0;
+  virtual void operator()(Optimizer& optimizer) = 0;
+};
+
+class Optimizer {
+ public:
+  // The named state tensors of one parameter ("m", "v", "velocity", ...).
+  using State = std::map<std::string, Tensor>;
+
+  virtual ~Optimizer() = default;
+  virtual std::string type_name() const = 0;
+
+  void setup(LinkPtr target);
+  const LinkPtr& target() const;
+
+  void update();
+  void update(const std::function<Variable()>& lossfun);
+  void add_hook(std::shared_ptr<OptimizerHook> hook);
+
+  // Number of updates done so far.
+  std::int64_t t() const { return t_; }
+  // Epoch counter for schedules; new_epoch() advances it (the trainer calls it).
+  std::int64_t epoch() const { return epoch_; }
+  void new_epoch() { ++epoch_; }
+
+  // All state as named tensors ("<param>/<state>", plus "t" and "epoch"), for serialization.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // Restores what state_dict() returned; names, shapes and dtypes must match the parameters.
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& entries);
+
+ protected:
+  // Creates the state of a parameter on its first update.
+  virtual void init_state(const Variable& param, State& state) = 0;
+  // Updates one parameter from its gradient; t() already counts this update.
+  virtual void update_one(Variable& param, State& state) = 0;
+
+ private:
+  LinkPtr target_;
+  std::vector<std::shared_ptr<OptimizerHook>> hooks_;
+  std::map<std::string, State> states_;
+  std::int64_t t_ = 0;
+  std::int64_t epoch_ = 0;
+};
+
+// grad += rate * param, for every parameter with a gradient (Chainer's WeightDecay).
+class WeightDecay : public OptimizerHook {
+ public:
+  explicit WeightDecay(double rate) : rate_(rate) {}
+  std::string name() const override { return "WeightDecay"; }
+  void operator()(Optimizer& optimizer) override;
+
+ private:
+  double rate_;
+};
+
+// Rescales all gradients together so that their global L2 norm is at most `threshold`.
+class GradientClipping : public OptimizerHook {
+ public:
+  explicit GradientClipping(double threshold);
+  std::string name() const override { return "GradientClipping"; }
+  void operator()(Optimizer& optimizer) override;
+
+ private:
+  double threshold_;
+};
+
+}  // namespace tandem

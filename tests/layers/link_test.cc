@@ -1,0 +1,135 @@
+// Link, Chain, ChainList, Linear and Classifier.
+#include <catch2/catch.hpp>
+
+#include "autograd/functions.h"
+#include "core/ops.h"
+#include "layers/links/classifier.h"
+#include "layers/links/linear.h"
+
+using namespace tandem;
+
+namespace {
+
+class MLP : public Chain {
+ public:
+  MLP() {
+    l1 = add_link("l1", std::make_shared<Linear>(-1, 5));
+    l2 = add_link("l2", std::make_shared<Linear>(5, 3));
+  }
+  Variable forward(const Variable& x) override { return (*l2)(F::relu((*l1)(x))); }
+  std::shared_ptr<Linear> l1, l2;
+};
+
+}  // namespace
+
+TEST_CASE("parameter names are paths through the chain", "[link]") {
+  auto model = std::make_shared<Classifier>(std::make_shared<MLP>());
+  // l1's W is lazy: not listed until the first forward fixes its shape.
+  std::vector<std::string> names;
+  for (auto& [name, p] : model->namedparams(true)) names.push_back(name);
+  REQUIRE(names == std::vector<std::string>{"predictor/l1/W", "predictor/l1/b", "predictor/l2/W", "predictor/l2/b"});
+  REQUIRE(model->namedparams().size() == 3);
+  REQUIRE(model->count_params() == 5 + 15 + 3);
+
+  Generator gen(0);
+  Variable x(randn({4, 2, 3}, gen));
+  Variable t(from_vector<std::int32_t>({0, 1, 2, 0}));
+  Variable loss = model->forward(x, t);
+  REQUIRE(model->namedparams().size() == 4);
+  REQUIRE(model->count_params() == 6 * 5 + 5 + 15 + 3);
+  auto l1 = model->get<MLP>("predictor")->l1;
+  REQUIRE(l1->W().shape() == Shape{5, 6});
+  REQUIRE(l1->in_size() == 6);
+
+  loss.backward();
+  for (auto& p : model->params()) REQUIRE(p.grad().defined());
+  model->cleargrads();
+  for (auto& p : model->params()) REQUIRE_FALSE(p.grad().defined());
+  auto obs = model->observation();
+  REQUIRE(obs.count("loss"));
+  REQUIRE(obs.at("accuracy") >= 0.0);
+  REQUIRE(obs.at("accuracy") <= 1.0);
+}
+
+TEST_CASE("Linear computes x W^T + b and its gradients", "[link][linear]") {
+  Linear linear(3, 2);
+  linear.W().set_data(from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  linear.b().set_data(from_vector<float>({0.5f, -1}, {2}));
+  Variable x(from_vector<float>({1, 0, -1, 2, 1, 0}, {2, 3}));
+  Variable y = linear(x);
+  REQUIRE(y.data().to_vector<float>() == std::vector<float>{-1.5f, -3, 4.5f, 12});
+  F::sum(y).backward();
+  REQUIRE(linear.W().grad().to_vector<float>() == std::vector<float>{3, 1, -1, 3, 1, -1});
+  REQUIRE(linear.b().grad().to_vector<float>() == std::vector<float>{2, 2});
+
+  Linear nobias(3, 2, LinearOptions{true});
+  REQUIRE(nobias.namedparams().size() == 1);
+  REQUIRE_THROWS_WITH(nobias.b(), Catch::Contains("no parameter 'b'"));
+}
+
+TEST_CASE("Linear's default initialiser is LeCun normal and zero bias", "[link][linear]") {
+  manual_seed(3);
+  Linear linear(400, 300);
+  const std::vector<double> w = linear.W().data().to_vector<double>();
+  double mean = 0, squares = 0;
+  for (double v : w) { mean += v; squares += v * v; }
+  mean /= w.size();
+  const double stddev = std::sqrt(squares / w.size() - mean * mean);
+  REQUIRE(std::abs(mean) < 0.002);
+  REQUIRE(stddev == Approx(std::sqrt(1.0 / 400)).epsilon(0.02));
+  REQUIRE(sum(abs(linear.b().data())).item() == 0.0);
+}
+
+TEST_CASE("Linear rejects inputs of the wrong width, naming the shapes", "[link][linear]") {
+  Linear linear(3, 2);
+  Variable x(zeros({4, 5}));
+  REQUIRE_THROWS_WITH(linear(x), Catch::Contains("linear") && Catch::Contains("[4, 5]") && Catch::Contains("[2, 3]"));
+}
+
+TEST_CASE("copyparams copies values and checks structure", "[link]") {
+  MLP a, b;
+  Variable x(zeros({1, 4}));
+  a(x);
+  b(x);
+  b.copyparams(a);
+  for (std::size_t i = 0; i < a.params().size(); ++i)
+    REQUIRE(a.params()[i].data().to_vector<float>() == b.params()[i].data().to_vector<float>());
+  REQUIRE_FALSE(a.params()[0].data().shares_storage_with(b.params()[0].data()));
+  Linear other(4, 5);
+  REQUIRE_THROWS_WITH(other.copyparams(a), Catch::Contains("parameters"));
+}
+
+TEST_CASE("train mode propagates to children, including ones added later", "[link]") {
+  Chain chain;
+  chain.set_train(false);
+  struct Holder : Chain {
+    std::shared_ptr<Linear> add(const std::string& n) { return add_link(n, std::make_shared<Linear>(2, 2)); }
+  };
+  Holder holder;
+  auto l = holder.add("l");
+  holder.set_train(false);
+  REQUIRE_FALSE(l->is_train());
+  auto m = holder.add("m");
+  REQUIRE_FALSE(m->is_train());
+  holder.set_train(true);
+  REQUIRE(l->is_train());
+  REQUIRE(m->is_train());
+}
+
+TEST_CASE("ChainList runs its links in order and names them by index", "[link]") {
+  ChainList list;
+  list.append(std::make_shared<Linear>(2, 3));
+  list.append(std::make_shared<Linear>(3, 1));
+  std::vector<std::string> names;
+  for (auto& entry : list.namedparams()) names.push_back(entry.first);
+  REQUIRE(names == std::vector<std::string>{"0/W", "0/b", "1/W", "1/b"});
+  REQUIRE(list(Variable(zeros({5, 2}))).shape() == Shape{5, 1});
+  REQUIRE_THROWS_AS(list[2], Error);
+}
+
+TEST_CASE("Chain::get reports missing children and wrong types", "[link]") {
+  MLP mlp;
+  REQUIRE(mlp.get<Linear>("l1") == mlp.l1);
+  REQUIRE_THROWS_WITH(mlp.get("l9"), Catch::Contains("no child 'l9'") && Catch::Contains("l1, l2"));
+  REQUIRE_THROWS_WITH(mlp.get<Classifier>("l1"), Catch::Contains("Linear"));
+}
