@@ -12,6 +12,7 @@ PACKAGES=(
   catch2
   zlib1g-dev
   dataset-fashion-mnist
+  python3-numpy  # tests: .npz files must round-trip with NumPy
 )
 
 missing=()
