@@ -1,0 +1,10 @@
+// Everything in data/: datasets, batch assembly, iterators and the MNIST reader.
+#pragma once
+
+#include "data/concat_examples.h"
+#include "data/dataset.h"
+#include "data/iterator.h"
+#include "data/mnist.h"
+#include "data/permutation.h"
+#include "data/sub_dataset.h"
+#include "data/tuple_dataset.h"

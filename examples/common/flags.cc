@@ -1,0 +1,84 @@
+#include "examples/common/flags.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace examples {
+
+Flags::Flags(std::string program, std::string description)
+    : program_(std::move(program)), description_(std::move(description)) {}
+
+void Flags::add_int(const std::string& name, long long value, const std::string& help) {
+  flags_[name] = {Kind::integer, std::to_string(value), help};
+  order_.push_back(name);
+}
+
+void Flags::add_double(const std::string& name, double value, const std::string& help) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  flags_[name] = {Kind::real, buffer, help};
+  order_.push_back(name);
+}
+
+void Flags::add_string(const std::string& name, const std::string& value, const std::string& help) {
+  flags_[name] = {Kind::text, value, help};
+  order_.push_back(name);
+}
+
+bool Flags::parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("usage: %s [flags]\n%s\n\n", program_.c_str(), description_.c_str());
+      for (const auto& name : order_) {
+        const Flag& f = flags_.at(name);
+        std::printf("  --%-14s %s (default: %s)\n", name.c_str(), f.help.c_str(),
+                    f.value.empty() ? "none" : f.value.c_str());
+      }
+      return false;
+    }
+    TANDEM_CHECK(arg.rfind("--", 0) == 0, program_, ": unexpected argument '", arg, "' (see --help)");
+    std::string name = arg.substr(2), value;
+    const auto equals = name.find('=');
+    if (equals != std::string::npos) {
+      value = name.substr(equals + 1);
+      name = name.substr(0, equals);
+    } else {
+      TANDEM_CHECK(i + 1 < argc, program_, ": flag --", name, " needs a value (see --help)");
+      value = argv[++i];
+    }
+    auto it = flags_.find(name);
+    TANDEM_CHECK(it != flags_.end(), program_, ": unknown flag --", name, " (see --help)");
+    if (it->second.kind != Kind::text) {
+      errno = 0;
+      char* end = nullptr;
+      if (it->second.kind == Kind::integer) (void)std::strtoll(value.c_str(), &end, 10);
+      else (void)std::strtod(value.c_str(), &end);
+      TANDEM_CHECK(!value.empty() && *end == '\0' && errno == 0, program_, ": flag --", name, " needs ",
+                   it->second.kind == Kind::integer ? "an integer" : "a number", ", got '", value, "'");
+    }
+    it->second.value = value;
+  }
+  return true;
+}
+
+const Flags::Flag& Flags::flag(const std::string& name, Kind kind) const {
+  auto it = flags_.find(name);
+  TANDEM_CHECK(it != flags_.end() && it->second.kind == kind, program_, ": no flag --", name, " of that type");
+  return it->second;
+}
+
+long long Flags::get_int(const std::string& name) const {
+  return std::strtoll(flag(name, Kind::integer).value.c_str(), nullptr, 10);
+}
+
+double Flags::get_double(const std::string& name) const { return std::strtod(flag(name, Kind::real).value.c_str(), nullptr); }
+
+const std::string& Flags::get_string(const std::string& name) const { return flag(name, Kind::text).value; }
+
+}  // namespace examples
+}  // namespace tandem

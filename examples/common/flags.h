@@ -1,0 +1,42 @@
+// A small command-line parser for the examples, in the style of Chainer's argparse flags:
+// `--epoch 10`, `--out result`. Unknown flags and bad values are errors with a one-line message.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tandem {
+namespace examples {
+
+class Flags {
+ public:
+  explicit Flags(std::string program, std::string description);
+
+  // Declares a flag with its default (shown in --help).
+  void add_int(const std::string& name, long long default_value, const std::string& help);
+  void add_double(const std::string& name, double default_value, const std::string& help);
+  void add_string(const std::string& name, const std::string& default_value, const std::string& help);
+
+  // Parses argv. Returns false after printing --help; throws tandem::Error on a bad flag.
+  bool parse(int argc, char** argv);
+
+  long long get_int(const std::string& name) const;
+  double get_double(const std::string& name) const;
+  const std::string& get_string(const std::string& name) const;
+
+ private:
+  enum class Kind { integer, real, text };
+  struct Flag {
+    Kind kind;
+    std::string value, help;
+  };
+  const Flag& flag(const std::string& name, Kind kind) const;
+
+  std::string program_, description_;
+  std::map<std::string, Flag> flags_;
+  std::vector<std::string> order_;
+};
+
+}  // namespace examples
+}  // namespace tandem

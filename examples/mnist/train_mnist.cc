@@ -1,0 +1,106 @@
+// Trains Chainer's MNIST MLP (784-1000-1000-10, ReLU, Adam, batch 100) on Fashion-MNIST (or
+// MNIST: --data-dir / $TANDEM_MNIST_DIR) with a progress bar, a per-epoch report of
+// training and validation loss/accuracy, a JSON log, and a snapshot every epoch to resume from.
+//
+//   bazel run //examples/mnist:train_mnist -- --epoch 10 --out /tmp/mnist
+//   bazel run //examples/mnist:train_mnist -- --epoch 20 --out /tmp/mnist --resume /tmp/mnist/snapshot_iter_6000.npz
+#include <cstdio>
+
+#include "autograd/functions.h"
+#include "data/data.h"
+#include "examples/common/flags.h"
+#include "layers/links/classifier.h"
+#include "layers/links/linear.h"
+#include "layers/optimizers/adam.h"
+#include "training/extensions/evaluator.h"
+#include "training/extensions/reporting.h"
+#include "training/trainer.h"
+
+using namespace tandem;
+
+namespace {
+
+class MLP : public Chain {
+ public:
+  MLP(std::int64_t units, std::int64_t out) {
+    l1_ = add_link("l1", std::make_shared<Linear>(-1, units));
+    l2_ = add_link("l2", std::make_shared<Linear>(-1, units));
+    l3_ = add_link("l3", std::make_shared<Linear>(-1, out));
+  }
+  std::string type_name() const override { return "MLP"; }
+  Variable forward(const Variable& x) override {
+    const Variable h1 = F::relu((*l1_)(x));
+    const Variable h2 = F::relu((*l2_)(h1));
+    return (*l3_)(h2);
+  }
+
+ private:
+  std::shared_ptr<Linear> l1_, l2_, l3_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    examples::Flags flags("train_mnist", "Chainer's MNIST MLP on Fashion-MNIST (or MNIST).");
+    flags.add_int("batchsize", 100, "examples per minibatch");
+    flags.add_int("epoch", 10, "epochs to train");
+    flags.add_int("unit", 1000, "units per hidden layer");
+    flags.add_string("out", "result", "directory for the log and snapshots");
+    flags.add_string("resume", "", "snapshot to resume from ('latest': the newest one in --out)");
+    flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
+                     "/usr/share/datasets/fashion-mnist)");
+    flags.add_int("frequency", 1, "snapshot every this many epochs");
+    flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
+    if (!flags.parse(argc, argv)) return 0;
+    const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch");
+    const long long units = flags.get_int("unit"), frequency = flags.get_int("frequency");
+    TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0 && frequency > 0,
+                 "train_mnist: --batchsize, --epoch, --unit and --frequency must be positive");
+
+    manual_seed(static_cast<std::uint64_t>(flags.get_int("seed")));
+    MnistOptions data_options;
+    data_options.dir = flags.get_string("data-dir");
+    auto [train, test] = get_mnist(data_options);
+    std::printf("train_mnist: %lld train / %lld test examples from %s\n", static_cast<long long>(train->size()),
+                static_cast<long long>(test->size()),
+                data_options.dir.empty() ? default_mnist_dir().c_str() : data_options.dir.c_str());
+    std::printf("# unit: %lld  # minibatch: %lld  # epoch: %lld\n", units, batchsize, epochs);
+
+    auto model = std::make_shared<Classifier>(std::make_shared<MLP>(units, 10));
+    auto optimizer = std::make_shared<Adam>();
+    optimizer->setup(model);
+    auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true,
+                                                       static_cast<std::uint64_t>(flags.get_int("seed")));
+    auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
+
+    auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, classifier_loss(model));
+    Trainer trainer(updater, Trigger::epochs(epochs), flags.get_string("out"), model);
+    trainer.extend(std::make_shared<Evaluator>(test_iter, classifier_eval(model)));
+    auto log = std::make_shared<LogReport>();
+    trainer.extend(log);
+    trainer.extend(std::make_shared<PrintReport>(
+        log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
+                                      "validation/main/accuracy", "elapsed_time"}));
+    trainer.extend(std::make_shared<ProgressBar>());
+    trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(frequency));
+
+    std::string resume = flags.get_string("resume");
+    if (resume == "latest") {
+      resume = latest_snapshot(flags.get_string("out"));
+      TANDEM_CHECK(!resume.empty(), "train_mnist: --resume latest: no snapshot in ", flags.get_string("out"));
+    }
+    if (!resume.empty()) {
+      // Lazily sized layers get their shapes from one forward pass before the weights load.
+      NoGradGuard no_grad;
+      model->forward(Variable(train->get_batch({0})[0]), Variable(train->get_batch({0})[1]));
+      trainer.load_snapshot(resume);
+      std::printf("resumed from %s at iteration %lld\n", resume.c_str(), static_cast<long long>(trainer.iteration()));
+    }
+    trainer.run();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,129 @@
+#include "training/trainer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/ops.h"
+#include "layers/serializers/serializers.h"
+
+namespace tandem {
+
+namespace {
+
+void make_directories(const std::string& path) {
+  std::string partial;
+  for (std::size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+        TANDEM_FAIL("Trainer: cannot create the output directory '", path, "': ", std::strerror(errno));
+    }
+    if (i < path.size()) partial.push_back(path[i]);
+  }
+}
+
+Tensor scalar_i64(std::int64_t v) { return full({}, static_cast<double>(v), DType::i64); }
+
+// Strings travel in snapshots as i32 arrays of their bytes.
+Tensor encode_string(const std::string& text) {
+  std::vector<std::int32_t> bytes(text.begin(), text.end());
+  return from_vector(bytes, {static_cast<std::int64_t>(bytes.size())});
+}
+
+std::string decode_string(const Tensor& t) {
+  std::string text;
+  for (std::int32_t c : t.to_vector<std::int32_t>()) text.push_back(static_cast<char>(c));
+  return text;
+}
+
+const Tensor& entry(const NamedTensors& entries, const std::string& name, const std::string& path) {
+  for (const auto& e : entries)
+    if (e.first == name) return e.second;
+  TANDEM_FAIL("load_snapshot: ", path, " has no entry '", name, "' (not a tandem trainer snapshot?)");
+}
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<StandardUpdater> updater, Trigger stop, std::string out_dir, std::shared_ptr<Link> model)
+    : updater_(std::move(updater)), stop_(stop), out_(std::move(out_dir)), model_(std::move(model)) {
+  TANDEM_CHECK(updater_ && model_, "Trainer: updater and model are required");
+  TANDEM_CHECK(stop_.period > 0, "Trainer: the stop trigger must be positive, got ", stop_.period);
+  make_directories(out_);
+}
+
+void Trainer::extend(std::shared_ptr<Extension> extension) {
+  const Trigger trigger = extension->default_trigger();
+  extend(std::move(extension), trigger);
+}
+
+void Trainer::extend(std::shared_ptr<Extension> extension, Trigger trigger) {
+  TANDEM_CHECK(extension != nullptr, "Trainer::extend: null extension");
+  TANDEM_CHECK(trigger.period > 0, "Trainer::extend: ", extension->name(), ": trigger period must be positive");
+  extensions_.push_back({std::move(extension), trigger});
+  std::stable_sort(extensions_.begin(), extensions_.end(), [](const Entry& a, const Entry& b) {
+    return a.extension->priority() > b.extension->priority();
+  });
+}
+
+bool Trainer::fires(const Trigger& trigger) const {
+  if (trigger.unit == Trigger::Unit::iteration) return updater_->iteration() % trigger.period == 0;
+  return updater_->is_new_epoch() && updater_->epoch() % trigger.period == 0;
+}
+
+bool Trainer::done() const {
+  if (stop_.unit == Trigger::Unit::iteration) return updater_->iteration() >= stop_.period;
+  return updater_->epoch() >= stop_.period;
+}
+
+double Trainer::elapsed_seconds() const {
+  return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Trainer::run() {
+  start_ = std::chrono::steady_clock::now();
+  while (!done()) {
+    observation_ = updater_->update();
+    for (auto& e : extensions_) e.extension->observe(*this, observation_);
+    for (auto& e : extensions_)
+      if (fires(e.trigger)) (*e.extension)(*this);
+  }
+  for (auto& e : extensions_) e.extension->finalize(*this);
+}
+
+void Trainer::save_snapshot(const std::string& path) const {
+  NamedTensors entries = with_prefix(link_state(*model_), "model");
+  for (auto& e : with_prefix(updater_->optimizer().state_dict(), "optimizer")) entries.push_back(e);
+  const IteratorState it = updater_->iterator().state();
+  entries.emplace_back("iterator/epoch", scalar_i64(it.epoch));
+  entries.emplace_back("iterator/position", scalar_i64(it.position));
+  entries.emplace_back("iterator/is_new_epoch", scalar_i64(it.is_new_epoch));
+  entries.emplace_back("iterator/previous_epoch_detail", full({}, it.previous_epoch_detail, DType::f64));
+  entries.emplace_back("iterator/order", from_vector(it.order, {static_cast<std::int64_t>(it.order.size())}));
+  entries.emplace_back("iterator/rng", encode_string(it.rng));
+  entries.emplace_back("trainer/iteration", scalar_i64(updater_->iteration()));
+  entries.emplace_back("trainer/elapsed_time", full({}, elapsed_seconds(), DType::f64));
+  for (const auto& e : extensions_)
+    for (auto& s : with_prefix(e.extension->state(), "extensions/" + e.extension->name())) entries.push_back(s);
+  write_npz(path, entries);
+}
+
+void Trainer::load_snapshot(const std::string& path) {
+  const NamedTensors entries = read_npz(path);
+  load_link_state(*model_, with_prefix_removed(entries, "model"), true, path);
+  updater_->optimizer().load_state_dict(with_prefix_removed(entries, "optimizer"));
+  IteratorState it;
+  it.epoch = static_cast<std::int64_t>(entry(entries, "iterator/epoch", path).item());
+  it.position = static_cast<std::int64_t>(entry(entries, "iterator/position", path).item());
+  it.is_new_epoch = entry(entries, "iterator/is_new_epoch", path).item() != 0;
+  it.previous_epoch_detail = entry(entries, "iterator/previous_epoch_detail", path).item();
+  it.order = entry(entries, "iterator/order", path).to_vector<std::int64_t>();
+  it.rng = decode_string(entry(entries, "iterator/rng", path));
+  updater_->iterator().restore(it);
+  updater_->set_iteration(static_cast<std::int64_t>(entry(entries, "trainer/iteration", path).item()));
+  elapsed_before_ = entry(entries, "trainer/elapsed_time", path).item();
+  for (auto& e : extensions_) e.extension->restore(with_prefix_removed(entries, "extensions/" + e.extension->name()));
+}
+
+}  // namespace tandem

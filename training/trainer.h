@@ -1,0 +1,90 @@
+// The training loop (chainer.training.Trainer): runs the updater until the stop trigger
+// fires, and calls its extensions (evaluation, logging, progress, snapshots) on their own
+// triggers. Everything an extension reports joins the current observation.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/link.h"
+#include "layers/serializers/npz.h"
+#include "training/updater.h"
+
+namespace tandem {
+
+// Fires every `period` epochs or iterations.
+struct Trigger {
+  enum class Unit { epoch, iteration };
+  std::int64_t period = 1;
+  Unit unit = Unit::epoch;
+  static Trigger epochs(std::int64_t n) { return Trigger{n, Unit::epoch}; }
+  static Trigger iterations(std::int64_t n) { return Trigger{n, Unit::iteration}; }
+};
+
+class Trainer;
+
+class Extension {
+ public:
+  virtual ~Extension() = default;
+  virtual std::string name() const = 0;
+  virtual Trigger default_trigger() const { return Trigger::epochs(1); }
+  // Extensions due at the same iteration run in decreasing priority: those that add values
+  // (Evaluator, 300) before those that collect them (LogReport, 200), before readers (100),
+  // with snapshots last (-100), so a snapshot includes the log entry of its own iteration.
+  virtual int priority() const { return 100; }
+  // Runs every iteration before the trigger is checked (to accumulate observations).
+  virtual void observe(Trainer&, const Observation&) {}
+  virtual void operator()(Trainer& trainer) = 0;
+  virtual void finalize(Trainer&) {}
+  // State that a snapshot must carry for an exact resume (named tensors).
+  virtual NamedTensors state() const { return {}; }
+  virtual void restore(const NamedTensors&) {}
+};
+
+class Trainer {
+ public:
+  // Stops after `stop` (e.g. Trigger::epochs(10)); files go to out_dir (created if missing).
+  Trainer(std::shared_ptr<StandardUpdater> updater, Trigger stop, std::string out_dir, std::shared_ptr<Link> model);
+
+  void extend(std::shared_ptr<Extension> extension);
+  void extend(std::shared_ptr<Extension> extension, Trigger trigger);
+  void run();
+
+  StandardUpdater& updater() { return *updater_; }
+  Link& model() { return *model_; }
+  const std::string& out() const { return out_; }
+  const Trigger& stop_trigger() const { return stop_; }
+  std::int64_t iteration() const { return updater_->iteration(); }
+  double elapsed_seconds() const;
+  // The observation of the current iteration; extensions add to it (e.g. "validation/main/loss").
+  Observation& observation() { return observation_; }
+
+  // Everything needed to continue exactly: model, optimizer, iterator, trainer and extension
+  // state. Written atomically; load it before run() to resume.
+  void save_snapshot(const std::string& path) const;
+  void load_snapshot(const std::string& path);
+
+  // Whether a trigger fires at the current iteration.
+  bool fires(const Trigger& trigger) const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<Extension> extension;
+    Trigger trigger;
+  };
+  bool done() const;
+
+  std::shared_ptr<StandardUpdater> updater_;
+  Trigger stop_;
+  std::string out_;
+  std::shared_ptr<Link> model_;
+  std::vector<Entry> extensions_;
+  Observation observation_;
+  std::chrono::steady_clock::time_point start_;
+  double elapsed_before_ = 0;  // from a resumed snapshot
+  std::int64_t last_epoch_fired_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,28 @@
+#include "training/updater.h"
+
+namespace tandem {
+
+StandardUpdater::StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared_ptr<Optimizer> optimizer,
+                                 LossFunction loss)
+    : iterator_(std::move(iterator)), optimizer_(std::move(optimizer)), loss_(std::move(loss)) {
+  TANDEM_CHECK(iterator_ && optimizer_ && loss_, "StandardUpdater: iterator, optimizer and loss function are required");
+}
+
+Observation StandardUpdater::update() {
+  const Example batch = iterator_->next();
+  last_batch_size_ = batch.empty() ? 0 : batch[0].shape().empty() ? 1 : batch[0].shape()[0];
+  LossResult result;
+  optimizer_->update([&] {
+    result = loss_(batch);
+    TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
+    return result.loss;
+  });
+  if (iterator_->is_new_epoch()) optimizer_->new_epoch();
+  ++iteration_;
+  Observation observation;
+  for (const auto& [name, value] : result.observation) observation["main/" + name] = value;
+  observation["main/loss"] = result.loss.data().item();
+  return observation;
+}
+
+}  // namespace tandem

@@ -1,0 +1,66 @@
+// The updater: one training step per call. StandardUpdater draws a batch from its iterator,
+// computes the loss with the user's function, backpropagates and updates the optimizer's
+// target; the function also returns the values to report ("loss", "accuracy", ...).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "autograd/variable.h"
+#include "data/iterator.h"
+#include "layers/optimizers/optimizer.h"
+
+namespace tandem {
+
+// Values reported by one step or one evaluation, by name ("main/loss").
+using Observation = std::map<std::string, double>;
+
+struct LossResult {
+  Variable loss;
+  Observation observation;  // reported under "main/<name>"; "loss" is added automatically
+};
+
+// Computes the loss of one batch (the fields of the batch as the iterator stacked them).
+using LossFunction = std::function<LossResult(const Example& batch)>;
+
+class StandardUpdater {
+ public:
+  StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared_ptr<Optimizer> optimizer, LossFunction loss);
+
+  // One step; returns its observation ("main/loss", ...).
+  Observation update();
+
+  std::int64_t iteration() const { return iteration_; }
+  std::int64_t epoch() const { return iterator_->epoch(); }
+  double epoch_detail() const { return iterator_->epoch_detail(); }
+  bool is_new_epoch() const { return iterator_->is_new_epoch(); }
+  // Examples in the last batch (for items/s).
+  std::int64_t last_batch_size() const { return last_batch_size_; }
+
+  Iterator& iterator() { return *iterator_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  void set_iteration(std::int64_t iteration) { iteration_ = iteration; }
+
+ private:
+  std::shared_ptr<Iterator> iterator_;
+  std::shared_ptr<Optimizer> optimizer_;
+  LossFunction loss_;
+  std::int64_t iteration_ = 0;
+  std::int64_t last_batch_size_ = 0;
+};
+
+// The usual loss function for a Classifier-like model with batches {x, t}.
+template <typename Model>
+LossFunction classifier_loss(std::shared_ptr<Model> model) {
+  return [model](const Example& batch) {
+    TANDEM_CHECK(batch.size() == 2, "classifier_loss: batches must have 2 fields (x, t), got ", batch.size());
+    LossResult result;
+    result.loss = model->forward(Variable(batch[0]), Variable(batch[1]));
+    result.observation = model->observation();
+    return result;
+  };
+}
+
+}  // namespace tandem
