@@ -18,9 +18,11 @@ Observation Evaluator::evaluate() {
   while (iterator_->has_next()) {
     const Example batch = iterator_->next();
     const double n = batch.empty() || batch[0].shape().empty() ? 1.0 : static_cast<double>(batch[0].shape()[0]);
+    // A repeating iterator never runs out: it would wrap into a second pass (and on forever).
+    TANDEM_CHECK(!iterator_->is_new_epoch() || !iterator_->has_next(), "Evaluator: the validation iterator repeats; "
+                 "create it with repeat = false");
     for (const auto& [key, value] : eval_(batch)) sums[key] += value * n;
     examples += n;
-    TANDEM_CHECK(examples < 1e15, "Evaluator: the iterator does not end (it must be created with repeat = false)");
   }
   TANDEM_CHECK(examples > 0, "Evaluator: the validation iterator yielded no batch");
   for (auto& entry : sums) entry.second /= examples;

@@ -1,0 +1,154 @@
+// The trainer: triggers, logs, evaluation, and snapshot/resume that continues exactly.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "autograd/functions.h"
+#include "core/ops.h"
+#include "data/data.h"
+#include "layers/links/classifier.h"
+#include "layers/links/linear.h"
+#include "layers/optimizers/adam.h"
+#include "layers/serializers/serializers.h"
+#include "training/extensions/evaluator.h"
+#include "training/extensions/reporting.h"
+#include "training/trainer.h"
+
+using namespace tandem;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
+  return dir;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// 120 examples of 5 features; labels from a fixed linear rule.
+std::pair<DatasetPtr, DatasetPtr> toy_data() {
+  Generator gen(11);
+  const Tensor x = randn({150, 5}, gen);
+  const Tensor t = argmax(matmul(x, randn({5, 3}, gen)), 1).to(DType::i32);
+  auto all = std::make_shared<TupleDataset>(std::vector<Tensor>{x, t});
+  auto [train, test] = split_dataset(all, 120);
+  return {train, test};
+}
+
+struct Setup {
+  std::shared_ptr<Classifier> model;
+  std::shared_ptr<Adam> optimizer;
+  std::shared_ptr<LogReport> log;
+  std::unique_ptr<Trainer> trainer;
+};
+
+Setup make_trainer(Trigger stop, const std::string& out, DatasetPtr train, DatasetPtr test) {
+  Setup s;
+  manual_seed(5);  // same initial weights in every setup
+  s.model = std::make_shared<Classifier>(std::make_shared<Linear>(5, 3));
+  s.optimizer = std::make_shared<Adam>(0.05);
+  s.optimizer->setup(s.model);
+  auto iterator = std::make_shared<SerialIterator>(train, 16, true, true, 3);
+  auto updater = std::make_shared<StandardUpdater>(iterator, s.optimizer, classifier_loss(s.model));
+  s.trainer = std::make_unique<Trainer>(updater, stop, out, s.model);
+  s.trainer->extend(std::make_shared<Evaluator>(std::make_shared<SerialIterator>(test, 10, false, false),
+                                                classifier_eval(s.model)));
+  s.log = std::make_shared<LogReport>();
+  s.trainer->extend(s.log);
+  s.trainer->extend(std::make_shared<SnapshotWriter>());
+  return s;
+}
+
+std::vector<float> flat_params(const Link& link) {
+  std::vector<float> out;
+  for (const Variable& p : link.params())
+    for (float v : p.data().to_vector<float>()) out.push_back(v);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the trainer logs per-epoch means and validation results, and learns", "[trainer]") {
+  auto [train, test] = toy_data();
+  const std::string out = fresh_dir("log_run");
+  Setup s = make_trainer(Trigger::epochs(6), out, train, test);
+  s.trainer->run();
+  const auto& log = s.log->log();
+  REQUIRE(log.size() == 6);
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    REQUIRE(log[i].at("epoch") == static_cast<double>(i + 1));
+    REQUIRE(log[i].count("main/loss"));
+    REQUIRE(log[i].count("main/accuracy"));
+    REQUIRE(log[i].count("validation/main/loss"));
+    REQUIRE(log[i].count("validation/main/accuracy"));
+  }
+  // 120 examples in batches of 16 (wrapping across epochs): epoch e ends at iteration ceil(120 e / 16).
+  REQUIRE(log[0].at("iteration") == 8);
+  REQUIRE(log[1].at("iteration") == 15);
+  REQUIRE(log.back().at("main/loss") < log.front().at("main/loss"));
+  REQUIRE(log.back().at("validation/main/accuracy") > 0.8);
+  const std::string json = read_all(out + "/log");
+  REQUIRE(json.front() == '[');
+  REQUIRE(json.find("\"validation/main/accuracy\"") != std::string::npos);
+  REQUIRE(latest_snapshot(out) == out + "/snapshot_iter_45.npz");
+}
+
+TEST_CASE("a run resumed from a snapshot ends exactly where an uninterrupted run does", "[trainer]") {
+  auto [train, test] = toy_data();
+  Setup whole = make_trainer(Trigger::epochs(4), fresh_dir("whole"), train, test);
+  whole.trainer->run();
+
+  const std::string out = fresh_dir("interrupted");
+  {
+    Setup first = make_trainer(Trigger::epochs(2), out, train, test);
+    first.trainer->run();
+  }
+  Setup second = make_trainer(Trigger::epochs(4), out, train, test);
+  second.trainer->load_snapshot(latest_snapshot(out));
+  REQUIRE(second.trainer->iteration() == 15);
+  second.trainer->run();
+
+  REQUIRE(flat_params(*second.model) == flat_params(*whole.model));
+  REQUIRE(second.optimizer->t() == whole.optimizer->t());
+  const auto& a = whole.log->log();
+  const auto& b = second.log->log();
+  REQUIRE(b.size() == 2);  // the entries of this process; the file holds all four
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    REQUIRE(b[i].at("iteration") == a[i + 2].at("iteration"));
+    REQUIRE(b[i].at("main/loss") == a[i + 2].at("main/loss"));
+    REQUIRE(b[i].at("validation/main/loss") == a[i + 2].at("validation/main/loss"));
+  }
+  const std::string json = read_all(out + "/log");
+  REQUIRE(std::count(json.begin(), json.end(), '{') == 4);
+}
+
+TEST_CASE("iteration triggers and an iteration stop", "[trainer]") {
+  auto [train, test] = toy_data();
+  Setup s = make_trainer(Trigger::iterations(20), fresh_dir("iterations"), train, test);
+  auto every5 = std::make_shared<LogReport>(Trigger::iterations(5), "log5");
+  s.trainer->extend(every5);
+  s.trainer->run();
+  REQUIRE(s.trainer->iteration() == 20);
+  REQUIRE(every5->log().size() == 4);
+  REQUIRE(every5->log()[1].at("iteration") == 10);
+}
+
+TEST_CASE("snapshot loading and evaluation errors are clear", "[trainer]") {
+  auto [train, test] = toy_data();
+  const std::string out = fresh_dir("errors");
+  Setup s = make_trainer(Trigger::epochs(1), out, train, test);
+  write_npz(out + "/not_a_snapshot.npz", {{"x", zeros({1})}});
+  REQUIRE_THROWS_WITH(s.trainer->load_snapshot(out + "/not_a_snapshot.npz"), Catch::Contains("not_a_snapshot.npz"));
+  Evaluator repeating(std::make_shared<SerialIterator>(test, 7, true, false), classifier_eval(s.model));
+  REQUIRE_THROWS_WITH(repeating.evaluate(), Catch::Contains("repeat"));
+  REQUIRE_THROWS_AS(Trainer(nullptr, Trigger::epochs(1), out, s.model), Error);
+}
