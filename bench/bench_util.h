@@ -1,0 +1,85 @@
+// Timing helpers for tandem's benchmarks, printing the line format of ../shared/bench
+// (`name=tandem.<id> key=value ... median_ms=X`), so compare.sh can set them beside LibTorch.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tandem {
+namespace bench {
+
+struct Stats {
+  int iters = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+// `warmup` untimed calls, then `iters` timed ones; the median is what counts.
+inline Stats measure(int warmup, int iters, const std::function<void()>& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  Stats s;
+  s.iters = iters;
+  s.median_ms = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
+  s.min_ms = times.front();
+  s.max_ms = times.back();
+  return s;
+}
+
+// BENCH_SCALE=0.5 halves the timed iterations (never below 3).
+inline int scaled(int iters) {
+  const char* e = std::getenv("BENCH_SCALE");
+  const double f = e && std::atof(e) > 0 ? std::atof(e) : 1.0;
+  return std::max(3, static_cast<int>(iters * f + 0.5));
+}
+
+inline void set_threads(int threads) {
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+}
+
+inline std::string threads_tag(int threads) {
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  return "threads=" + std::to_string(threads) + " omp_wait=" + (wait ? wait : "default");
+}
+
+// Prints "name=tandem.<id> <tags> iters=.. median_ms=.. min_ms=.. max_ms=.." without a newline.
+inline void print_stats(const std::string& id, const std::string& tags, const Stats& s) {
+  std::printf("name=tandem.%s lib=tandem %s iters=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f", id.c_str(), tags.c_str(),
+              s.iters, s.median_ms, s.min_ms, s.max_ms);
+}
+
+// The thread counts to run: BENCH_THREADS="1 2" (default both).
+inline std::vector<int> thread_list() {
+  const char* e = std::getenv("BENCH_THREADS");
+  std::vector<int> out;
+  if (e) {
+    for (const char* p = e; *p;) {
+      char* end = nullptr;
+      const long v = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (v > 0) out.push_back(static_cast<int>(v));
+      p = end;
+    }
+  }
+  if (out.empty()) out = {1, 2};
+  return out;
+}
+
+}  // namespace bench
+}  // namespace tandem
