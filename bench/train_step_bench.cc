@@ -1,17 +1,24 @@
 // Training-step and inference benchmarks for the workloads of ../shared/bench/README.md:
 //   mlp.train.{sgd,adam}.t{1,2}, mlp.infer.t{1,2}: 784-1000-1000-10 ReLU MLP, batch 100,
 //   softmax cross-entropy, SGD lr 0.01 / Adam lr 1e-3, 20 random batches cycled.
+//   lstm.fixed.train.adam.t{1,2}: embedding 1000->256, 2-layer LSTM(256), linear 256->1000 and
+//   cross-entropy over all tokens, batch 64 of length 25, Adam 1e-3; lstm.packed: lengths
+//   uniform in [5, 25]; seq2seq.train.adam: an encoder LSTM whose final (h, c) start a decoder
+//   LSTM over 25 target tokens (teacher forcing).
 // A training step is clear grads + forward + loss + backward + update, as in the anchors.
 //
 //   OMP_WAIT_POLICY=PASSIVE bazel run //bench:train_step_bench
 //   BENCH_ONLY=mlp BENCH_THREADS=1 bazel run //bench:train_step_bench
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
 #include "core/ops.h"
+#include "layers/links/embed_id.h"
 #include "layers/links/linear.h"
+#include "layers/links/n_step_lstm.h"
 #include "layers/optimizers/adam.h"
 #include "layers/optimizers/sgd.h"
 
@@ -79,12 +86,138 @@ void mlp_benchmarks(int threads) {
   std::fflush(stdout);
 }
 
+constexpr std::int64_t kVocab = 1000, kUnits = 256, kBatch = 64, kLength = 25;
+
+// Embeds a batch of token sequences with one lookup, then splits it back into sequences.
+Variables embed_sequences(EmbedID& embed, const std::vector<Tensor>& sequences) {
+  std::vector<std::int64_t> cuts;
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i + 1 < sequences.size(); ++i) cuts.push_back(total += sequences[i].numel());
+  const Variable all = embed(Variable(concat(sequences, 0)));
+  return F::split_axis(all, cuts, 0);
+}
+
+class LanguageModel : public Chain {
+ public:
+  LanguageModel() {
+    embed_ = add_link("embed", std::make_shared<EmbedID>(kVocab, kUnits));
+    lstm_ = add_link("lstm", std::make_shared<NStepLSTM>(2, kUnits, kUnits));
+    out_ = add_link("out", std::make_shared<Linear>(kUnits, kVocab));
+  }
+  Variable loss(const std::vector<Tensor>& inputs, const Tensor& targets) {
+    const auto result = lstm_->forward(Variable(), Variable(), embed_sequences(*embed_, inputs));
+    return F::softmax_cross_entropy((*out_)(F::concat(result.ys, 0)), Variable(targets));
+  }
+
+ private:
+  std::shared_ptr<EmbedID> embed_;
+  std::shared_ptr<NStepLSTM> lstm_;
+  std::shared_ptr<Linear> out_;
+};
+
+class Seq2Seq : public Chain {
+ public:
+  Seq2Seq() {
+    embed_x_ = add_link("embed_x", std::make_shared<EmbedID>(kVocab, kUnits));
+    embed_y_ = add_link("embed_y", std::make_shared<EmbedID>(kVocab, kUnits));
+    encoder_ = add_link("encoder", std::make_shared<NStepLSTM>(2, kUnits, kUnits));
+    decoder_ = add_link("decoder", std::make_shared<NStepLSTM>(2, kUnits, kUnits));
+    out_ = add_link("out", std::make_shared<Linear>(kUnits, kVocab));
+  }
+  Variable loss(const std::vector<Tensor>& sources, const std::vector<Tensor>& inputs, const Tensor& targets) {
+    const auto encoded = encoder_->forward(Variable(), Variable(), embed_sequences(*embed_x_, sources));
+    const auto decoded = decoder_->forward(encoded.hy, encoded.cy, embed_sequences(*embed_y_, inputs));
+    return F::softmax_cross_entropy((*out_)(F::concat(decoded.ys, 0)), Variable(targets));
+  }
+
+ private:
+  std::shared_ptr<EmbedID> embed_x_, embed_y_;
+  std::shared_ptr<NStepLSTM> encoder_, decoder_;
+  std::shared_ptr<Linear> out_;
+};
+
+void report_tokens(const std::string& id, int threads, const bench::Stats& s, double tokens, double loss) {
+  bench::print_stats(id + ".t" + std::to_string(threads),
+                     bench::threads_tag(threads) + " batch=64 seqlen=25 hidden=256 layers=2 vocab=1000", s);
+  std::printf(" tokens=%.0f tokens_per_s=%.0f loss=%.3f\n", tokens, tokens / (s.median_ms * 1e-3), loss);
+  std::fflush(stdout);
+}
+
+void lstm_benchmarks(int threads) {
+  Generator gen(0);
+  auto tokens = [&](std::int64_t n) {
+    std::vector<std::int64_t> ids(n);
+    for (auto& id : ids) id = static_cast<std::int64_t>(gen.next() % kVocab);
+    return from_vector(ids, {n});
+  };
+  constexpr int kBatches = 4;
+  // Per batch: inputs, sources, and the targets of every token in order, for fixed and packed lengths.
+  std::vector<std::vector<Tensor>> inputs(kBatches), sources(kBatches), packed(kBatches);
+  std::vector<Tensor> targets, packed_targets;
+  std::vector<std::int64_t> lengths(kBatch);
+  for (auto& length : lengths) length = 5 + static_cast<std::int64_t>(gen.next() % (kLength - 4));
+  std::sort(lengths.rbegin(), lengths.rend());
+  double packed_tokens = 0;
+  for (auto length : lengths) packed_tokens += static_cast<double>(length);
+  for (int b = 0; b < kBatches; ++b) {
+    std::vector<Tensor> ys, packed_ys;
+    for (std::int64_t i = 0; i < kBatch; ++i) {
+      inputs[b].push_back(tokens(kLength));
+      sources[b].push_back(tokens(kLength));
+      ys.push_back(tokens(kLength));
+      packed[b].push_back(inputs[b].back().slice_rows(0, lengths[i]));
+      packed_ys.push_back(ys.back().slice_rows(0, lengths[i]));
+    }
+    targets.push_back(concat(ys, 0));
+    packed_targets.push_back(concat(packed_ys, 0));
+  }
+  {
+    manual_seed(0);
+    auto model = std::make_shared<LanguageModel>();
+    Adam adam(1e-3);
+    adam.setup(model);
+    int it = 0;
+    double loss = 0;
+    bench::Stats s = bench::measure(2, bench::scaled(threads == 1 ? 6 : 10), [&] {
+      const int b = it++ % kBatches;
+      Variable l;
+      adam.update([&] { return l = model->loss(inputs[b], targets[b]); });
+      loss = l.data().item();
+    });
+    report_tokens("lstm.fixed.train.adam", threads, s, kLength * kBatch, loss);
+    it = 0;
+    s = bench::measure(2, bench::scaled(threads == 1 ? 6 : 10), [&] {
+      const int b = it++ % kBatches;
+      Variable l;
+      adam.update([&] { return l = model->loss(packed[b], packed_targets[b]); });
+      loss = l.data().item();
+    });
+    report_tokens("lstm.packed.train.adam", threads, s, packed_tokens, loss);
+  }
+  {
+    manual_seed(0);
+    auto model = std::make_shared<Seq2Seq>();
+    Adam adam(1e-3);
+    adam.setup(model);
+    int it = 0;
+    double loss = 0;
+    const bench::Stats s = bench::measure(2, bench::scaled(threads == 1 ? 4 : 6), [&] {
+      const int b = it++ % kBatches;
+      Variable l;
+      adam.update([&] { return l = model->loss(sources[b], inputs[b], targets[b]); });
+      loss = l.data().item();
+    });
+    report_tokens("seq2seq.train.adam", threads, s, kLength * kBatch, loss);
+  }
+}
+
 }  // namespace
 
 int main() {
   for (int threads : bench::thread_list()) {
     bench::set_threads(threads);
     if (selected("mlp")) mlp_benchmarks(threads);
+    if (selected("lstm")) lstm_benchmarks(threads);
   }
   return 0;
 }

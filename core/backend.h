@@ -45,6 +45,18 @@ struct StridedView {
   Shape strides;
 };
 
+// The geometry of a 2-D sliding window (convolution, pooling) over images [N, C, H, W]: output
+// pixel (oy, ox) reads input rows oy * stride_y - pad_y + ky * dilate_y for ky in [0, kernel_h),
+// and likewise for columns. Front ends fill it in and validate it (core/ops/conv.h).
+struct Conv2DGeometry {
+  std::int64_t batch = 0, channels = 0, height = 0, width = 0;
+  std::int64_t kernel_h = 1, kernel_w = 1;
+  std::int64_t stride_y = 1, stride_x = 1;
+  std::int64_t pad_y = 0, pad_x = 0;
+  std::int64_t dilate_y = 1, dilate_x = 1;
+  std::int64_t out_h = 0, out_w = 0;
+};
+
 // Hyperparameters of one Adam step, with the bias correction already folded into alpha_t.
 struct AdamStep {
   double alpha_t = 0;  // alpha * sqrt(1 - beta2^t) / (1 - beta1^t)
@@ -102,8 +114,68 @@ class Backend {
 
   // ---- convolution and pooling kernels (CPU: core/cpu/conv.cc, core/cpu/pooling.cc) ----
 
+  // All of them view their images as [N, C, H, W] (contiguous) and take the window geometry,
+  // already validated, from a Conv2DGeometry. Positions in the zero padding read as 0 (conv,
+  // average pooling) or are skipped (max pooling).
+
+  // col[n, (c * kernel_h + ky) * kernel_w + kx, oy * out_w + ox] =
+  //   x[n, c, oy * stride_y - pad_y + ky * dilate_y, ox * stride_x - pad_x + kx * dilate_x]
+  // for x [N, C, H, W] and col [N, C * kernel_h * kernel_w, out_h * out_w].
+  virtual void im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) = 0;
+  // The adjoint of im2col: x = sum of every col entry into the input element it was read from
+  // (overlapping windows accumulate; entries read from the padding are dropped). x is
+  // overwritten, not added to.
+  virtual void col2im(const Tensor& col, const Conv2DGeometry& g, Tensor& x) = 0;
+
+  // Max pooling: y [N, C, out_h, out_w] holds the window maxima, indices (i64, same shape)
+  // where each came from as iy * W + ix within its input plane (the first maximum in window
+  // order). A window that lies entirely in the padding yields -inf and index -1.
+  virtual void max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y, Tensor& indices) = 0;
+  // gx = 0, then gx[n, c, indices[n, c, o]] += gy[n, c, o]; index -1 is skipped.
+  virtual void max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Conv2DGeometry& g,
+                                   Tensor& gx) = 0;
+  // Average pooling as in Chainer: the sum over the window's elements inside the input divided
+  // by kernel_h * kernel_w (padding counts as zeros).
+  virtual void avg_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y) = 0;
+  // gx = the adjoint of avg_pool2d applied to gy (gx is overwritten).
+  virtual void avg_pool2d_backward(const Tensor& gy, const Conv2DGeometry& g, Tensor& gx) = 0;
+
   // ---- embedding, recurrent and normalisation kernels (CPU: core/cpu/indexing.cc,
   //      core/cpu/recurrent.cc, core/cpu/normalization.cc) ----
+
+  // Row gather: out[i, :] = table[ids[i], :] for the n = ids.numel() ids (i32 or i64, any shape)
+  // of a [V, D] table; out is [n, D]. Rows whose id equals ignore_label (when has_ignore) are
+  // zero. The front end has checked every other id against [0, V).
+  virtual void take_rows(const Tensor& table, const Tensor& ids, Tensor& out, bool has_ignore,
+                         std::int64_t ignore_label) = 0;
+  // Row scatter-add: table[ids[i], :] += src[i, :] for src [n, D], accumulating repeated ids
+  // (deterministically); rows whose id equals ignore_label (when has_ignore) are skipped.
+  virtual void index_add_rows(Tensor& table, const Tensor& ids, const Tensor& src, bool has_ignore,
+                              std::int64_t ignore_label) = 0;
+
+  // Fused LSTM cell over B rows of H units. gates [B, 4H] holds per row the gate blocks i
+  // (input), f (forget), a (cell input), o (output), H wide each: the pre-activations on entry,
+  // sigmoid(i), sigmoid(f), tanh(a), sigmoid(o) on return. Writes c = f * c_prev + i * a and
+  // h = o * tanh(c) ([B, H], like c_prev).
+  virtual void lstm_cell_forward(Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) = 0;
+  // Its backward, from the activations, c_prev and c of the forward and the gradients gh and gc
+  // of h and c: writes the pre-activation gradient into ggates [B, 4H] and the gradient of
+  // c_prev into gc_prev, which may be gc itself.
+  virtual void lstm_cell_backward(const Tensor& activations, const Tensor& c_prev, const Tensor& c,
+                                  const Tensor& gh, const Tensor& gc, Tensor& ggates, Tensor& gc_prev) = 0;
+
+  // Batch normalisation over x viewed as [outer, channels, inner]; per-channel tensors are
+  // [channels] of x's dtype. Mean and biased variance of each channel over outer and inner.
+  virtual void batch_norm_stats(const Tensor& x, std::int64_t outer, std::int64_t channels,
+                                std::int64_t inner, Tensor& mean, Tensor& var) = 0;
+  // out = x * scale[c] + shift[c], plus z * zscale[c] when z is defined (z shaped like x).
+  virtual void channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, const Tensor& zscale,
+                              const Tensor& shift, std::int64_t outer, std::int64_t channels,
+                              std::int64_t inner, Tensor& out) = 0;
+  // Per channel: sum_gy[c] = sum of gy, sum_gy_xmu[c] = sum of gy * (x - mean[c]).
+  virtual void batch_norm_backward_sums(const Tensor& gy, const Tensor& x, const Tensor& mean,
+                                        std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                                        Tensor& sum_gy, Tensor& sum_gy_xmu) = 0;
 };
 
 // The backend for a device type; throws naming OP when that device has no backend in this

@@ -35,8 +35,29 @@ class CpuBackend final : public Backend {
   double sum_of_squares(const Tensor& x) override;
 
   // ---- convolution and pooling (conv.cc, pooling.cc) ----
+  void im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) override;
+  void col2im(const Tensor& col, const Conv2DGeometry& g, Tensor& x) override;
+  void max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y, Tensor& indices) override;
+  void max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Conv2DGeometry& g, Tensor& gx) override;
+  void avg_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y) override;
+  void avg_pool2d_backward(const Tensor& gy, const Conv2DGeometry& g, Tensor& gx) override;
 
   // ---- embedding, recurrent and normalisation (indexing.cc, recurrent.cc, normalization.cc) ----
+  void take_rows(const Tensor& table, const Tensor& ids, Tensor& out, bool has_ignore,
+                 std::int64_t ignore_label) override;
+  void index_add_rows(Tensor& table, const Tensor& ids, const Tensor& src, bool has_ignore,
+                      std::int64_t ignore_label) override;
+  void lstm_cell_forward(Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) override;
+  void lstm_cell_backward(const Tensor& activations, const Tensor& c_prev, const Tensor& c, const Tensor& gh,
+                          const Tensor& gc, Tensor& ggates, Tensor& gc_prev) override;
+  void batch_norm_stats(const Tensor& x, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                        Tensor& mean, Tensor& var) override;
+  void channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, const Tensor& zscale,
+                      const Tensor& shift, std::int64_t outer, std::int64_t channels, std::int64_t inner,
+                      Tensor& out) override;
+  void batch_norm_backward_sums(const Tensor& gy, const Tensor& x, const Tensor& mean, std::int64_t outer,
+                                std::int64_t channels, std::int64_t inner, Tensor& sum_gy,
+                                Tensor& sum_gy_xmu) override;
 };
 
 CpuBackend& cpu_backend();

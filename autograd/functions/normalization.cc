@@ -1,0 +1,151 @@
+#include "autograd/functions/normalization.h"
+
+#include <algorithm>
+
+#include "autograd/function_node.h"
+#include "core/ops.h"
+#include "core/ops/normalization.h"
+
+namespace tandem {
+namespace functions {
+
+namespace {
+
+void check_x(const Tensor& x, const char* op) {
+  TANDEM_CHECK(is_floating(x.dtype()), op, ": x must be floating, got ", x.description());
+  TANDEM_CHECK(x.dim() >= 2, op, ": x must be [N, C] or [N, C, ...], got ", x.description());
+}
+
+// A per-channel parameter or statistic: [C], x's dtype and device.
+void check_channel(const Tensor& t, const Tensor& x, const char* what, const char* op) {
+  TANDEM_CHECK(t.dtype() == x.dtype(), op, ": ", what, " ", t.description(), " and x ", x.description(),
+               " have different dtypes");
+  TANDEM_CHECK(t.device() == x.device(), op, ": ", what, " on ", t.device(), " but x on ", x.device());
+  TANDEM_CHECK(t.dim() == 1 && t.size(0) == x.size(1), op, ": ", what, " ", t.description(), " must be [C] = [",
+               x.size(1), "] for x ", x.description());
+}
+
+std::int64_t per_channel_count(const Tensor& x) { return x.size(1) == 0 ? 0 : x.numel() / x.size(1); }
+
+class BatchNormalization : public FunctionNode {
+ public:
+  BatchNormalization(double eps, Tensor* running_mean, Tensor* running_var, double decay)
+      : eps_(eps), running_mean_(running_mean), running_var_(running_var), decay_(decay) {}
+  std::string name() const override { return "batch_normalization"; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const char* op = "batch_normalization";
+    const Tensor& x = in[0];
+    const Tensor& gamma = in[1];
+    const Tensor& beta = in[2];
+    check_x(x, op);
+    check_channel(gamma, x, "gamma", op);
+    check_channel(beta, x, "beta", op);
+    if (running_mean_) check_channel(*running_mean_, x, "running_mean", op);
+    if (running_var_) check_channel(*running_var_, x, "running_var", op);
+
+    const auto [mean, var] = batch_norm_statistics(x);
+    const Tensor invstd = rdiv(1.0, sqrt(add(var, eps_)));
+    const Tensor scale = mul(gamma, invstd);
+    Tensor y = channel_affine(x, scale, sub(beta, mul(mean, scale)));
+
+    const std::int64_t m = per_channel_count(x);
+    if (running_mean_) running_mean_->copy_(add(mul(*running_mean_, decay_), mul(mean, 1 - decay_)));
+    if (running_var_) {
+      const double adjust = static_cast<double>(m) / std::max<double>(static_cast<double>(m) - 1, 1);
+      running_var_->copy_(add(mul(*running_var_, decay_), mul(var, (1 - decay_) * adjust)));
+    }
+    save_for_backward({x, gamma, mean, invstd});
+    return {y};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& gy = grads[0];
+    const Tensor& x = saved()[0];
+    const Tensor& gamma = saved()[1];
+    const Tensor& mean = saved()[2];
+    const Tensor& invstd = saved()[3];
+    const auto [sum_gy, sum_gy_xmu] = batch_norm_backward_sums(gy, x, mean);
+    Tensor gx, ggamma, gbeta;
+    if (needs_input_grad(0)) {
+      // gx = gamma * invstd * (gy - mean(gy) - xhat * mean(gy * xhat)), as one affine map of
+      // gy and x per channel: gy * k1 + x * k2 + k3.
+      const double inv_m = 1.0 / static_cast<double>(std::max<std::int64_t>(per_channel_count(x), 1));
+      const Tensor k1 = mul(gamma, invstd);
+      const Tensor k2 = mul(mul(k1, square(invstd)), mul(sum_gy_xmu, -inv_m));
+      const Tensor k3 = sub(mul(mul(k1, sum_gy), -inv_m), mul(mean, k2));
+      gx = channel_affine(gy, k1, x, k2, k3);
+    }
+    if (needs_input_grad(1)) ggamma = mul(sum_gy_xmu, invstd);
+    if (needs_input_grad(2)) gbeta = sum_gy;
+    return {gx, ggamma, gbeta};
+  }
+
+ private:
+  double eps_;
+  Tensor* running_mean_;
+  Tensor* running_var_;
+  double decay_;
+};
+
+class FixedBatchNormalization : public FunctionNode {
+ public:
+  explicit FixedBatchNormalization(double eps) : eps_(eps) {}
+  std::string name() const override { return "fixed_batch_normalization"; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const char* op = "fixed_batch_normalization";
+    const Tensor& x = in[0];
+    check_x(x, op);
+    check_channel(in[1], x, "gamma", op);
+    check_channel(in[2], x, "beta", op);
+    check_channel(in[3], x, "mean", op);
+    check_channel(in[4], x, "var", op);
+    const Tensor& gamma = in[1];
+    const Tensor& mean = in[3];
+    const Tensor invstd = rdiv(1.0, sqrt(add(in[4], eps_)));
+    const Tensor scale = mul(gamma, invstd);
+    save_for_backward({x, gamma, mean, invstd});
+    return {channel_affine(x, scale, sub(in[2], mul(mean, scale)))};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& gy = grads[0];
+    const Tensor& x = saved()[0];
+    const Tensor& gamma = saved()[1];
+    const Tensor& mean = saved()[2];
+    const Tensor& invstd = saved()[3];
+    std::vector<Tensor> out(5);
+    const Tensor scale = mul(gamma, invstd);
+    if (needs_input_grad(0)) out[0] = channel_affine(gy, scale, zeros_like(scale));
+    if (needs_input_grad(1) || needs_input_grad(2) || needs_input_grad(3) || needs_input_grad(4)) {
+      const auto [sum_gy, sum_gy_xmu] = batch_norm_backward_sums(gy, x, mean);
+      if (needs_input_grad(1)) out[1] = mul(sum_gy_xmu, invstd);
+      if (needs_input_grad(2)) out[2] = sum_gy;
+      // y depends on mean through -(scale * mean) and on var through invstd = (var + eps)^-1/2.
+      if (needs_input_grad(3)) out[3] = neg(mul(sum_gy, scale));
+      if (needs_input_grad(4)) out[4] = mul(mul(scale, square(invstd)), mul(sum_gy_xmu, -0.5));
+    }
+    return out;
+  }
+
+ private:
+  double eps_;
+};
+
+}  // namespace
+
+Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
+                             Tensor* running_mean, Tensor* running_var, double decay) {
+  TANDEM_CHECK(eps > 0, "batch_normalization: eps must be positive, got ", eps);
+  return call<BatchNormalization>({x, gamma, beta}, eps, running_mean, running_var, decay)[0];
+}
+
+Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
+                                   const Variable& mean, const Variable& var, double eps) {
+  TANDEM_CHECK(eps >= 0, "fixed_batch_normalization: eps must not be negative, got ", eps);
+  return call<FixedBatchNormalization>({x, gamma, beta, mean, var}, eps)[0];
+}
+
+}  // namespace functions
+}  // namespace tandem

@@ -1,0 +1,151 @@
+// Max and average pooling over [N, C, H, W] images, in parallel over (image, channel) planes:
+// each plane's outputs, and in the backward passes each plane's input gradient, belong to one
+// thread, so the scatters need no synchronisation. The window of output (oy, ox) is clipped to
+// the input once per output; the padding is never materialised.
+#include <algorithm>
+#include <limits>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/parallel.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace tandem {
+
+namespace {
+
+// The input rows (or columns) [begin, end) that window `o` covers.
+struct Span {
+  std::int64_t begin, end;
+};
+
+inline Span window(std::int64_t o, std::int64_t stride, std::int64_t pad, std::int64_t kernel, std::int64_t size) {
+  const std::int64_t start = o * stride - pad;
+  return {std::max<std::int64_t>(start, 0), std::min(start + kernel, size)};
+}
+
+void check_pool_geometry(const Conv2DGeometry& g, const char* op) {
+  TANDEM_CHECK(g.dilate_y == 1 && g.dilate_x == 1, op, ": pooling kernels take no dilation, got ", g.dilate_y,
+               "x", g.dilate_x);
+}
+
+template <typename Body>
+void for_planes(const Conv2DGeometry& g, std::int64_t cost_per_plane, const Body& body) {
+  cpu::parallel_for(g.batch * g.channels, std::max<std::int64_t>(cost_per_plane, 1), cpu::kElementwiseGrain,
+                    [&](std::int64_t b, std::int64_t e) {
+                      for (std::int64_t p = b; p < e; ++p) body(p);
+                    });
+}
+
+}  // namespace
+
+void CpuBackend::max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y, Tensor& indices) {
+  check_pool_geometry(g, "max_pool2d");
+  const std::int64_t plane_in = g.height * g.width, plane_out = g.out_h * g.out_w;
+  if (g.batch * g.channels * plane_out == 0) return;
+  TANDEM_DISPATCH_FLOAT(x.dtype(), "max_pool2d", [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    scalar_t* py = y.data<scalar_t>();
+    std::int64_t* pi = indices.data<std::int64_t>();
+    for_planes(g, plane_out * g.kernel_h * g.kernel_w, [&](std::int64_t p) {
+      const scalar_t* in = px + p * plane_in;
+      scalar_t* out = py + p * plane_out;
+      std::int64_t* idx = pi + p * plane_out;
+      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+        const Span ry = window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+          const Span rx = window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
+          scalar_t best = -std::numeric_limits<scalar_t>::infinity();
+          std::int64_t best_index = -1;
+          for (std::int64_t iy = ry.begin; iy < ry.end; ++iy) {
+            for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) {
+              const scalar_t v = in[iy * g.width + ix];
+              if (best_index < 0 || v > best) {
+                best = v;
+                best_index = iy * g.width + ix;
+              }
+            }
+          }
+          out[oy * g.out_w + ox] = best;
+          idx[oy * g.out_w + ox] = best_index;
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Conv2DGeometry& g,
+                                     Tensor& gx) {
+  check_pool_geometry(g, "max_pool2d_backward");
+  const std::int64_t plane_in = g.height * g.width, plane_out = g.out_h * g.out_w;
+  if (g.batch * g.channels * plane_in == 0) return;
+  TANDEM_DISPATCH_FLOAT(gx.dtype(), "max_pool2d_backward", [&] {
+    const scalar_t* pg = gy.data<scalar_t>();
+    const std::int64_t* pi = indices.data<std::int64_t>();
+    scalar_t* px = gx.data<scalar_t>();
+    for_planes(g, plane_in + plane_out, [&](std::int64_t p) {
+      scalar_t* out = px + p * plane_in;
+      const scalar_t* grad = pg + p * plane_out;
+      const std::int64_t* idx = pi + p * plane_out;
+      std::fill(out, out + plane_in, scalar_t(0));
+      for (std::int64_t o = 0; o < plane_out; ++o) {
+        const std::int64_t i = idx[o];
+        TANDEM_CHECK(i < plane_in, "max_pool2d_backward: index ", i, " out of range for a ", g.height, "x",
+                     g.width, " plane");
+        if (i >= 0) out[i] += grad[o];
+      }
+    });
+  });
+}
+
+void CpuBackend::avg_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y) {
+  check_pool_geometry(g, "avg_pool2d");
+  const std::int64_t plane_in = g.height * g.width, plane_out = g.out_h * g.out_w;
+  if (g.batch * g.channels * plane_out == 0) return;
+  TANDEM_DISPATCH_FLOAT(x.dtype(), "avg_pool2d", [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    scalar_t* py = y.data<scalar_t>();
+    const scalar_t scale = scalar_t(1) / static_cast<scalar_t>(g.kernel_h * g.kernel_w);
+    for_planes(g, plane_out * g.kernel_h * g.kernel_w, [&](std::int64_t p) {
+      const scalar_t* in = px + p * plane_in;
+      scalar_t* out = py + p * plane_out;
+      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+        const Span ry = window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+          const Span rx = window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
+          scalar_t sum = 0;
+          for (std::int64_t iy = ry.begin; iy < ry.end; ++iy)
+            for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) sum += in[iy * g.width + ix];
+          out[oy * g.out_w + ox] = sum * scale;
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::avg_pool2d_backward(const Tensor& gy, const Conv2DGeometry& g, Tensor& gx) {
+  check_pool_geometry(g, "avg_pool2d_backward");
+  const std::int64_t plane_in = g.height * g.width, plane_out = g.out_h * g.out_w;
+  if (g.batch * g.channels * plane_in == 0) return;
+  TANDEM_DISPATCH_FLOAT(gx.dtype(), "avg_pool2d_backward", [&] {
+    const scalar_t* pg = gy.data<scalar_t>();
+    scalar_t* px = gx.data<scalar_t>();
+    const scalar_t scale = scalar_t(1) / static_cast<scalar_t>(g.kernel_h * g.kernel_w);
+    for_planes(g, plane_in + plane_out * g.kernel_h * g.kernel_w, [&](std::int64_t p) {
+      scalar_t* out = px + p * plane_in;
+      const scalar_t* grad = pg + p * plane_out;
+      std::fill(out, out + plane_in, scalar_t(0));
+      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+        const Span ry = window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+          const Span rx = window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
+          const scalar_t v = grad[oy * g.out_w + ox] * scale;
+          for (std::int64_t iy = ry.begin; iy < ry.end; ++iy)
+            for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) out[iy * g.width + ix] += v;
+        }
+      }
+    });
+  });
+}
+
+}  // namespace tandem

@@ -1,0 +1,312 @@
+#include "core/ops/conv.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/backend.h"
+#include "core/ops/checks.h"
+
+namespace tandem {
+
+namespace {
+
+// The most elements an im2col buffer may hold (16 MiB of f32); the batch is processed in chunks
+// of as many images as fit, at least one.
+constexpr std::int64_t kColumnBudget = std::int64_t(1) << 22;
+
+void check_window_params(std::int64_t kernel_h, std::int64_t kernel_w, const Conv2DParams& p, const char* op) {
+  TANDEM_CHECK(kernel_h >= 1 && kernel_w >= 1, op, ": kernel size must be >= 1, got ", kernel_h, "x", kernel_w);
+  TANDEM_CHECK(p.stride_y >= 1 && p.stride_x >= 1, op, ": stride must be >= 1, got ", p.stride_y, "x", p.stride_x);
+  TANDEM_CHECK(p.pad_y >= 0 && p.pad_x >= 0, op, ": pad must be >= 0, got ", p.pad_y, "x", p.pad_x);
+  TANDEM_CHECK(p.dilate_y >= 1 && p.dilate_x >= 1, op, ": dilate must be >= 1, got ", p.dilate_y, "x", p.dilate_x);
+}
+
+// Everything the conv2d drivers need: the geometry (for the whole batch) and the GEMM sizes.
+struct ConvPlan {
+  Conv2DGeometry g;
+  std::int64_t N = 0, C = 0, O = 0, G = 1;
+  std::int64_t Og = 0;  // output channels per group
+  std::int64_t K = 0;   // GEMM inner size per group: C / G * kh * kw
+  std::int64_t CK = 0;  // rows of col: C * kh * kw
+  std::int64_t ohw = 0;
+  bool pointwise = false;  // 1x1 kernel, stride 1, no padding: col is x itself
+  std::int64_t chunk = 1;  // images per im2col buffer
+
+  Conv2DGeometry chunk_geometry(std::int64_t images) const {
+    Conv2DGeometry c = g;
+    c.batch = images;
+    return c;
+  }
+};
+
+// Validates W against the input shape (described by x_desc in messages) and plans the GEMMs.
+ConvPlan plan_conv(const Shape& x_shape, const std::string& x_desc, const Shape& w_shape, const std::string& w_desc,
+                   const Conv2DParams& p, const char* op) {
+  TANDEM_CHECK(x_shape.size() == 4, op, ": x must be 4-D [N, C, H, W], got ", x_desc);
+  TANDEM_CHECK(w_shape.size() == 4, op, ": W must be 4-D [out_channels, in_channels / groups, kh, kw], got ",
+               w_desc);
+  TANDEM_CHECK(p.groups >= 1, op, ": groups must be >= 1, got ", p.groups);
+  ConvPlan plan;
+  plan.N = x_shape[0];
+  plan.C = x_shape[1];
+  plan.O = w_shape[0];
+  plan.G = p.groups;
+  TANDEM_CHECK(plan.C % plan.G == 0, op, ": groups=", plan.G, " does not divide the ", plan.C,
+               " input channels of x ", x_desc, " (W ", w_desc, ")");
+  TANDEM_CHECK(plan.O % plan.G == 0, op, ": groups=", plan.G, " does not divide the ", plan.O,
+               " output channels of W ", w_desc, " (x ", x_desc, ")");
+  TANDEM_CHECK(w_shape[1] * plan.G == plan.C, op, ": channel mismatch: x ", x_desc, " has ", plan.C,
+               " channels but W ", w_desc, " expects ", w_shape[1] * plan.G, " (", w_shape[1],
+               " per group, groups=", plan.G, ")");
+  const std::int64_t kh = w_shape[2], kw = w_shape[3];
+  plan.g = conv2d_geometry(x_shape, kh, kw, p, false, op);
+  plan.Og = plan.O / plan.G;
+  plan.K = w_shape[1] * kh * kw;
+  plan.CK = plan.C * kh * kw;
+  plan.ohw = plan.g.out_h * plan.g.out_w;
+  plan.pointwise = kh == 1 && kw == 1 && p.stride_y == 1 && p.stride_x == 1 && p.pad_y == 0 && p.pad_x == 0;
+  const std::int64_t per_image = std::max<std::int64_t>(plan.CK * plan.ohw, 1);
+  plan.chunk = plan.pointwise ? std::max<std::int64_t>(plan.N, 1)
+                              : std::max<std::int64_t>(1, std::min(plan.N, kColumnBudget / per_image));
+  return plan;
+}
+
+void check_conv_operands(const Tensor& x, const Tensor& W, const Tensor& b, const char* op) {
+  ops_detail::check_floating(x, op);
+  if (b.defined()) ops_detail::check_compatible({&x, &W, &b}, op);
+  else ops_detail::check_compatible({&x, &W}, op);
+}
+
+void check_gy(const Tensor& gy, const ConvPlan& plan, const Shape& x_shape, const std::string& w_desc,
+              const char* op) {
+  const Shape expected{plan.N, plan.O, plan.g.out_h, plan.g.out_w};
+  TANDEM_CHECK(gy.shape() == expected, op, ": gy ", gy.description(), " does not match the output shape ",
+               expected, " of x ", x_shape, " convolved with W ", w_desc);
+}
+
+// The columns of images [n0, n0 + nc): x itself for a pointwise convolution, otherwise
+// im2col into the first nc images of buffer.
+Tensor columns(Backend& be, const ConvPlan& plan, const Tensor& x, std::int64_t n0, std::int64_t nc, Tensor& buffer) {
+  const Tensor xc = x.slice_rows(n0, n0 + nc);
+  if (plan.pointwise) return xc.reshape({nc, plan.C, plan.ohw});
+  Tensor col = buffer.slice_rows(0, nc);
+  be.im2col(xc, plan.chunk_geometry(nc), col);
+  return col;
+}
+
+Tensor column_buffer(const ConvPlan& plan, DType dtype, Device device) {
+  if (plan.pointwise) return Tensor();
+  return Tensor({plan.chunk, plan.CK, plan.ohw}, dtype, device);
+}
+
+Conv2DGeometry pool_geometry(const Shape& x_shape, const std::string& x_desc, const Pool2DParams& p, const char* op) {
+  TANDEM_CHECK(x_shape.size() == 4, op, ": x must be 4-D [N, C, H, W], got ", x_desc);
+  Conv2DParams cp;
+  cp.stride_y = p.stride_y;
+  cp.stride_x = p.stride_x;
+  cp.pad_y = p.pad_y;
+  cp.pad_x = p.pad_x;
+  return conv2d_geometry(x_shape, p.kernel_h, p.kernel_w, cp, p.cover_all, op);
+}
+
+}  // namespace
+
+std::int64_t conv_outsize(std::int64_t size, std::int64_t kernel, std::int64_t stride, std::int64_t pad,
+                          bool cover_all, std::int64_t dilate) {
+  TANDEM_CHECK(size >= 0 && kernel >= 1 && stride >= 1 && pad >= 0 && dilate >= 1,
+               "conv_outsize: needs size >= 0, kernel >= 1, stride >= 1, pad >= 0, dilate >= 1; got size ", size,
+               ", kernel ", kernel, ", stride ", stride, ", pad ", pad, ", dilate ", dilate);
+  const std::int64_t extent = dilate * (kernel - 1) + 1, padded = size + 2 * pad;
+  TANDEM_CHECK(extent <= padded, "conv_outsize: the kernel (extent ", extent, ") is larger than the padded input (",
+               size, " + 2 * ", pad, " = ", padded, ")");
+  return cover_all ? (padded - extent + stride - 1) / stride + 1 : (padded - extent) / stride + 1;
+}
+
+Conv2DGeometry conv2d_geometry(const Shape& x_shape, std::int64_t kernel_h, std::int64_t kernel_w,
+                               const Conv2DParams& p, bool cover_all, const char* op) {
+  TANDEM_CHECK(x_shape.size() == 4, op, ": the input must be 4-D [N, C, H, W], got ", x_shape);
+  check_window_params(kernel_h, kernel_w, p, op);
+  Conv2DGeometry g;
+  g.batch = x_shape[0];
+  g.channels = x_shape[1];
+  g.height = x_shape[2];
+  g.width = x_shape[3];
+  g.kernel_h = kernel_h;
+  g.kernel_w = kernel_w;
+  g.stride_y = p.stride_y;
+  g.stride_x = p.stride_x;
+  g.pad_y = p.pad_y;
+  g.pad_x = p.pad_x;
+  g.dilate_y = p.dilate_y;
+  g.dilate_x = p.dilate_x;
+  const std::int64_t extent_h = p.dilate_y * (kernel_h - 1) + 1, extent_w = p.dilate_x * (kernel_w - 1) + 1;
+  const std::int64_t padded_h = g.height + 2 * p.pad_y, padded_w = g.width + 2 * p.pad_x;
+  TANDEM_CHECK(extent_h <= padded_h && extent_w <= padded_w, op, ": the ", kernel_h, "x", kernel_w, " kernel",
+               (p.dilate_y > 1 || p.dilate_x > 1 ? " (dilated to " + std::to_string(extent_h) + "x" +
+                                                        std::to_string(extent_w) + ")"
+                                                  : std::string()),
+               " is larger than the padded input: ", x_shape, " padded by ", p.pad_y, "x", p.pad_x, " is ", padded_h,
+               "x", padded_w);
+  g.out_h = conv_outsize(g.height, kernel_h, p.stride_y, p.pad_y, cover_all, p.dilate_y);
+  g.out_w = conv_outsize(g.width, kernel_w, p.stride_x, p.pad_x, cover_all, p.dilate_x);
+  return g;
+}
+
+Tensor im2col(const Tensor& x, std::int64_t kernel_h, std::int64_t kernel_w, const Conv2DParams& params,
+              bool cover_all) {
+  ops_detail::check_floating(x, "im2col");
+  TANDEM_CHECK(x.dim() == 4, "im2col: x must be 4-D [N, C, H, W], got ", x.description());
+  const Conv2DGeometry g = conv2d_geometry(x.shape(), kernel_h, kernel_w, params, cover_all, "im2col");
+  Tensor col({g.batch, g.channels * kernel_h * kernel_w, g.out_h * g.out_w}, x.dtype(), x.device());
+  backend_for(x.device(), "im2col").im2col(x, g, col);
+  return col;
+}
+
+Tensor col2im(const Tensor& col, const Shape& x_shape, std::int64_t kernel_h, std::int64_t kernel_w,
+              const Conv2DParams& params, bool cover_all) {
+  ops_detail::check_floating(col, "col2im");
+  TANDEM_CHECK(x_shape.size() == 4, "col2im: the image shape must be 4-D [N, C, H, W], got ", x_shape);
+  const Conv2DGeometry g = conv2d_geometry(x_shape, kernel_h, kernel_w, params, cover_all, "col2im");
+  const Shape expected{g.batch, g.channels * kernel_h * kernel_w, g.out_h * g.out_w};
+  TANDEM_CHECK(col.shape() == expected, "col2im: col ", col.description(), " does not match images ", x_shape,
+               " with a ", kernel_h, "x", kernel_w, " kernel: expected ", expected);
+  Tensor x(x_shape, col.dtype(), col.device());
+  backend_for(col.device(), "col2im").col2im(col, g, x);
+  return x;
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DParams& params) {
+  const char* op = "conv2d";
+  check_conv_operands(x, W, b, op);
+  const ConvPlan plan = plan_conv(x.shape(), x.description(), W.shape(), W.description(), params, op);
+  if (b.defined()) {
+    TANDEM_CHECK(b.dim() == 1 && b.size(0) == plan.O, op, ": b ", b.description(), " does not match the ", plan.O,
+                 " output channels of W ", W.description());
+  }
+  Tensor y({plan.N, plan.O, plan.g.out_h, plan.g.out_w}, x.dtype(), x.device());
+  if (y.numel() == 0) return y;
+  Backend& be = backend_for(x.device(), op);
+  // The bias is broadcast into y first and the products accumulate onto it.
+  const bool bias = b.defined();
+  if (bias) {
+    const Shape view_shape{plan.N, plan.O, plan.ohw};
+    be.copy_strided(b, StridedView{0, {0, 1, 0}}, y, StridedView{0, contiguous_strides(view_shape)}, view_shape);
+  }
+  Tensor buffer = column_buffer(plan, x.dtype(), x.device());
+  for (std::int64_t n0 = 0; n0 < plan.N; n0 += plan.chunk) {
+    const std::int64_t nc = std::min(plan.chunk, plan.N - n0);
+    const Tensor col = columns(be, plan, x, n0, nc, buffer);
+    Tensor yc = y.slice_rows(n0, n0 + nc);
+    if (plan.G == 1) {
+      // y[n] [O, ohw] (+)= W [O, CK] @ col[n] [CK, ohw], W reused for every image.
+      be.matmul(W, col, yc, nc, plan.O, plan.ohw, plan.K, false, false, bias);
+    } else {
+      // Per image, one product per group: y[n, g] [Og, ohw] (+)= W[g] [Og, K] @ col[n, g] [K, ohw].
+      for (std::int64_t i = 0; i < nc; ++i) {
+        Tensor yi = yc.slice_rows(i, i + 1);
+        be.matmul(W, col.slice_rows(i, i + 1), yi, plan.G, plan.Og, plan.ohw, plan.K, false, false, bias);
+      }
+    }
+  }
+  return y;
+}
+
+Tensor conv2d_grad_input(const Tensor& gy, const Tensor& W, const Shape& x_shape, const Conv2DParams& params) {
+  const char* op = "conv2d_grad_input";
+  ops_detail::check_floating(gy, op);
+  ops_detail::check_compatible({&gy, &W}, op);
+  const ConvPlan plan = plan_conv(x_shape, shape_str(x_shape), W.shape(), W.description(), params, op);
+  check_gy(gy, plan, x_shape, W.description(), op);
+  Tensor gx(x_shape, gy.dtype(), gy.device());
+  if (gx.numel() == 0) return gx;
+  Backend& be = backend_for(gy.device(), op);
+  Tensor buffer = column_buffer(plan, gy.dtype(), gy.device());
+  for (std::int64_t n0 = 0; n0 < plan.N; n0 += plan.chunk) {
+    const std::int64_t nc = std::min(plan.chunk, plan.N - n0);
+    const Tensor gyc = gy.slice_rows(n0, n0 + nc);
+    Tensor gxc = gx.slice_rows(n0, n0 + nc);
+    // gcol[n] = W^T gy[n] (per group); a pointwise convolution writes it straight into gx.
+    Tensor gcol = plan.pointwise ? gxc.reshape({nc, plan.C, plan.ohw}) : buffer.slice_rows(0, nc);
+    if (plan.G == 1) {
+      be.matmul(W, gyc, gcol, nc, plan.K, plan.ohw, plan.O, true, false, false);
+    } else {
+      for (std::int64_t i = 0; i < nc; ++i) {
+        Tensor gcol_i = gcol.slice_rows(i, i + 1);
+        be.matmul(W, gyc.slice_rows(i, i + 1), gcol_i, plan.G, plan.K, plan.ohw, plan.Og, true, false, false);
+      }
+    }
+    if (!plan.pointwise) be.col2im(gcol, plan.chunk_geometry(nc), gxc);
+  }
+  return gx;
+}
+
+Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& w_shape, const Conv2DParams& params) {
+  const char* op = "conv2d_grad_weight";
+  ops_detail::check_floating(x, op);
+  ops_detail::check_compatible({&x, &gy}, op);
+  const ConvPlan plan = plan_conv(x.shape(), x.description(), w_shape, shape_str(w_shape), params, op);
+  check_gy(gy, plan, x.shape(), shape_str(w_shape), op);
+  Tensor gW(w_shape, x.dtype(), x.device());
+  Backend& be = backend_for(x.device(), op);
+  be.fill(gW, 0);
+  if (gW.numel() == 0 || plan.N == 0) return gW;
+  Tensor buffer = column_buffer(plan, x.dtype(), x.device());
+  for (std::int64_t n0 = 0; n0 < plan.N; n0 += plan.chunk) {
+    const std::int64_t nc = std::min(plan.chunk, plan.N - n0);
+    const Tensor col = columns(be, plan, x, n0, nc, buffer);
+    // gW[g] [Og, K] += gy[n, g] [Og, ohw] @ col[n, g]^T [ohw, K], image by image.
+    for (std::int64_t i = 0; i < nc; ++i) {
+      be.matmul(gy.slice_rows(n0 + i, n0 + i + 1), col.slice_rows(i, i + 1), gW, plan.G, plan.Og, plan.K, plan.ohw,
+                false, true, true);
+    }
+  }
+  return gW;
+}
+
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2DParams& params) {
+  ops_detail::check_floating(x, "max_pool2d");
+  const Conv2DGeometry g = pool_geometry(x.shape(), x.description(), params, "max_pool2d");
+  Tensor y({g.batch, g.channels, g.out_h, g.out_w}, x.dtype(), x.device());
+  Tensor indices(y.shape(), DType::i64, x.device());
+  backend_for(x.device(), "max_pool2d").max_pool2d(x, g, y, indices);
+  return {y, indices};
+}
+
+Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& x_shape,
+                           const Pool2DParams& params) {
+  const char* op = "max_pool2d_backward";
+  ops_detail::check_floating(gy, op);
+  ops_detail::check_defined(indices, op);
+  TANDEM_CHECK(indices.dtype() == DType::i64, op, ": indices must be i64, got ", indices.description());
+  TANDEM_CHECK(indices.device() == gy.device(), op, ": gy ", gy.description(), " and indices ", indices.description(),
+               " are on different devices");
+  const Conv2DGeometry g = pool_geometry(x_shape, shape_str(x_shape), params, op);
+  const Shape expected{g.batch, g.channels, g.out_h, g.out_w};
+  TANDEM_CHECK(gy.shape() == expected && indices.shape() == expected, op, ": gy ", gy.description(), " and indices ",
+               indices.description(), " must both have the output shape ", expected, " of x ", x_shape);
+  Tensor gx(x_shape, gy.dtype(), gy.device());
+  backend_for(gy.device(), op).max_pool2d_backward(gy, indices, g, gx);
+  return gx;
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2DParams& params) {
+  ops_detail::check_floating(x, "avg_pool2d");
+  const Conv2DGeometry g = pool_geometry(x.shape(), x.description(), params, "avg_pool2d");
+  Tensor y({g.batch, g.channels, g.out_h, g.out_w}, x.dtype(), x.device());
+  backend_for(x.device(), "avg_pool2d").avg_pool2d(x, g, y);
+  return y;
+}
+
+Tensor avg_pool2d_backward(const Tensor& gy, const Shape& x_shape, const Pool2DParams& params) {
+  const char* op = "avg_pool2d_backward";
+  ops_detail::check_floating(gy, op);
+  const Conv2DGeometry g = pool_geometry(x_shape, shape_str(x_shape), params, op);
+  const Shape expected{g.batch, g.channels, g.out_h, g.out_w};
+  TANDEM_CHECK(gy.shape() == expected, op, ": gy ", gy.description(), " does not match the output shape ", expected,
+               " of x ", x_shape);
+  Tensor gx(x_shape, gy.dtype(), gy.device());
+  backend_for(gy.device(), op).avg_pool2d_backward(gy, g, gx);
+  return gx;
+}
+
+}  // namespace tandem

@@ -1,0 +1,24 @@
+// BatchNormalization (Chainer's L.BatchNormalization): normalises over every axis but the
+// channel axis 1 with learned scale gamma and shift beta. In training it uses the batch's
+// statistics and updates the running averages avg_mean/avg_var (persistent buffers, saved
+// with the model); in test mode (TrainModeGuard(false) or set_train(false)) it uses them.
+#pragma once
+
+#include "layers/link.h"
+
+namespace tandem {
+
+class BatchNormalization : public Link {
+ public:
+  explicit BatchNormalization(std::int64_t size, double decay = 0.9, double eps = 2e-5, DType dtype = DType::f32);
+  std::string type_name() const override { return "BatchNormalization"; }
+  Variable forward(const Variable& x) override;
+
+  Variable& gamma() { return param("gamma"); }
+  Variable& beta() { return param("beta"); }
+
+ private:
+  double decay_, eps_;
+};
+
+}  // namespace tandem
