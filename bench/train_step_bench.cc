@@ -1,6 +1,9 @@
 // Training-step and inference benchmarks for the workloads of ../shared/bench/README.md:
 //   mlp.train.{sgd,adam}.t{1,2}, mlp.infer.t{1,2}: 784-1000-1000-10 ReLU MLP, batch 100,
 //   softmax cross-entropy, SGD lr 0.01 / Adam lr 1e-3, 20 random batches cycled.
+//   conv.train.sgd.t{1,2}, conv.infer.t{1,2}: 64x1x28x28 through conv3x3(64)-relu-conv3x3(64)-relu-
+//   maxpool2-conv3x3(128)-relu-conv3x3(128)-relu-maxpool2-linear(6272->10) (all convs pad 1),
+//   softmax cross-entropy, MomentumSGD(0.01, 0.9).
 //   lstm.fixed.train.adam.t{1,2}: embedding 1000->256, 2-layer LSTM(256), linear 256->1000 and
 //   cross-entropy over all tokens, batch 64 of length 25, Adam 1e-3; lstm.packed: lengths
 //   uniform in [5, 25]; seq2seq.train.adam: an encoder LSTM whose final (h, c) start a decoder
@@ -16,6 +19,7 @@
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
 #include "core/ops.h"
+#include "layers/links/convolution_2d.h"
 #include "layers/links/embed_id.h"
 #include "layers/links/linear.h"
 #include "layers/links/n_step_lstm.h"
@@ -83,6 +87,64 @@ void mlp_benchmarks(int threads) {
   const bench::Stats s = bench::measure(10, bench::scaled(100), [&] { model(xs[it++ % NB]); });
   bench::print_stats("mlp.infer.t" + std::to_string(threads), bench::threads_tag(threads) + " batch=100", s);
   std::printf(" gflops=%.1f samples_per_s=%.0f\n", forward_flops / (s.median_ms * 1e6), B / (s.median_ms * 1e-3));
+  std::fflush(stdout);
+}
+
+class SmallVGG : public Chain {
+ public:
+  SmallVGG() {
+    const auto three = Convolution2DOptions::make(3, 1, 1);
+    c1_ = add_link("c1", std::make_shared<Convolution2D>(1, 64, three));
+    c2_ = add_link("c2", std::make_shared<Convolution2D>(64, 64, three));
+    c3_ = add_link("c3", std::make_shared<Convolution2D>(64, 128, three));
+    c4_ = add_link("c4", std::make_shared<Convolution2D>(128, 128, three));
+    fc_ = add_link("fc", std::make_shared<Linear>(128 * 7 * 7, 10));
+  }
+  Variable forward(const Variable& x) override {
+    Variable h = F::max_pooling_2d(F::relu((*c2_)(F::relu((*c1_)(x)))), 2);
+    h = F::max_pooling_2d(F::relu((*c4_)(F::relu((*c3_)(h)))), 2);
+    return (*fc_)(h);
+  }
+
+ private:
+  std::shared_ptr<Convolution2D> c1_, c2_, c3_, c4_;
+  std::shared_ptr<Linear> fc_;
+};
+
+void conv_benchmarks(int threads) {
+  const int B = 64, NB = 4;
+  auto conv_flops = [](double cin, double cout, double hw) { return 2.0 * B * cin * cout * 9 * hw * hw; };
+  const double forward_flops = conv_flops(1, 64, 28) + conv_flops(64, 64, 28) + conv_flops(64, 128, 14) +
+                               conv_flops(128, 128, 14) + 2.0 * B * 6272 * 10;
+  Generator gen(0);
+  std::vector<Variable> xs, ts;
+  for (int i = 0; i < NB; ++i) {
+    xs.emplace_back(rand_uniform({B, 1, 28, 28}, gen));
+    std::vector<std::int64_t> labels(B);
+    for (auto& l : labels) l = static_cast<std::int64_t>(gen.next() % 10);
+    ts.emplace_back(from_vector(labels, {B}));
+  }
+  const std::string tags = bench::threads_tag(threads) + " batch=64";
+  manual_seed(0);
+  auto model = std::make_shared<SmallVGG>();
+  MomentumSGD sgd(0.01, 0.9);
+  sgd.setup(model);
+  int it = 0;
+  double loss = 0;
+  const bench::Stats s = bench::measure(2, bench::scaled(threads == 1 ? 4 : 6), [&] {
+    const int i = it++ % NB;
+    Variable l;
+    sgd.update([&] { return l = F::softmax_cross_entropy((*model)(xs[i]), ts[i]); });
+    loss = l.data().item();
+  });
+  bench::print_stats("conv.train.sgd.t" + std::to_string(threads), tags, s);
+  std::printf(" gflops=%.1f samples_per_s=%.0f loss=%.3f\n", 3 * forward_flops / (s.median_ms * 1e6),
+              B / (s.median_ms * 1e-3), loss);
+  NoGradGuard no_grad;
+  TrainModeGuard test_mode(false);
+  const bench::Stats si = bench::measure(2, bench::scaled(threads == 1 ? 5 : 8), [&] { (*model)(xs[it++ % NB]); });
+  bench::print_stats("conv.infer.t" + std::to_string(threads), tags, si);
+  std::printf(" gflops=%.1f samples_per_s=%.0f\n", forward_flops / (si.median_ms * 1e6), B / (si.median_ms * 1e-3));
   std::fflush(stdout);
 }
 
@@ -217,6 +279,7 @@ int main() {
   for (int threads : bench::thread_list()) {
     bench::set_threads(threads);
     if (selected("mlp")) mlp_benchmarks(threads);
+    if (selected("conv")) conv_benchmarks(threads);
     if (selected("lstm")) lstm_benchmarks(threads);
   }
   return 0;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Installs missing system packages, then trains the example MLP:
-#   scripts/run.sh [args passed to //examples:train_mlp]
+# Installs missing system packages, then trains the MNIST MLP on Fashion-MNIST:
+#   scripts/run.sh [args passed to //examples/mnist:train_mnist, e.g. --epoch 3]
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 "$ROOT/scripts/setup.sh"
-exec bazel run //examples:train_mlp -- "$@"
+exec bazel run //examples/mnist:train_mnist -- "$@"

@@ -1,8 +1,17 @@
 // The README's "API in a page" snippet, compiled and run, so the documentation cannot rot.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include "autograd/functions.h"
 #include "core/ops.h"
+#include "data/data.h"
+#include "layers/links/classifier.h"
+#include "layers/links/linear.h"
+#include "layers/optimizers/adam.h"
+#include "layers/serializers/serializers.h"
+#include "training/extensions/evaluator.h"
+#include "training/extensions/reporting.h"
 
 using namespace tandem;
 
@@ -44,4 +53,47 @@ TEST_CASE("the README API snippet compiles and computes what it says", "[readme]
     TrainModeGuard test_mode(false);
     REQUIRE(F::dropout(x).same_as(x));
   }
+}
+
+namespace readme {
+
+// The README's model-and-training snippet, run for three iterations.
+class MLP : public Chain {
+ public:
+  MLP() {
+    l1 = add_link("l1", std::make_shared<Linear>(-1, 100));
+    l2 = add_link("l2", std::make_shared<Linear>(-1, 10));
+  }
+  Variable forward(const Variable& x) override { return (*l2)(F::relu((*l1)(x))); }
+  std::shared_ptr<Linear> l1, l2;
+};
+
+}  // namespace readme
+
+TEST_CASE("the README training snippet runs", "[readme]") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string out = std::string(tmp ? tmp : "/tmp") + "/readme_result";
+  auto [train, test] = get_mnist();
+  auto model = std::make_shared<Classifier>(std::make_shared<readme::MLP>());
+  auto optimizer = std::make_shared<Adam>();
+  optimizer->setup(model);
+  auto it = std::make_shared<SerialIterator>(train, 100);
+  auto updater = std::make_shared<StandardUpdater>(it, optimizer, classifier_loss(model));
+  Trainer trainer(updater, Trigger::iterations(3), out, model);
+  auto small_test = std::make_shared<SubDataset>(test, 0, 200);
+  trainer.extend(std::make_shared<Evaluator>(std::make_shared<SerialIterator>(small_test, 100, false, false),
+                                             classifier_eval(model)),
+                 Trigger::iterations(3));
+  auto log = std::make_shared<LogReport>(Trigger::iterations(3));
+  trainer.extend(log);
+  trainer.extend(std::make_shared<PrintReport>(log, std::vector<std::string>{"epoch", "main/loss",
+                                               "validation/main/accuracy"}));
+  trainer.extend(std::make_shared<ProgressBar>());
+  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::iterations(3));
+  trainer.run();
+  REQUIRE(log->log().size() == 1);
+  REQUIRE(log->log()[0].count("validation/main/accuracy"));
+  save_npz(out + "/model.npz", *model);
+  load_npz(out + "/model.npz", *model);
+  REQUIRE(model->namedparams()[0].first == "predictor/l1/W");
 }
