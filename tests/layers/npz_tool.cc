@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
                        {"t", full({}, 42, DType::i64)},
                        {"labels", from_vector<std::int32_t>({7, -1})},
                        {"mask", from_vector<bool>({true, false, true})}});
+      // The file must read back whole before NumPy is asked about it.
+      TANDEM_CHECK(read_npz(path).size() == 5, "npz_tool: ", path, " did not read back with 5 arrays");
       return 0;
     }
     for (const auto& [name, tensor] : read_npz(path)) {
