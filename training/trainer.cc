@@ -26,18 +26,6 @@ void make_directories(const std::string& path) {
 
 Tensor scalar_i64(std::int64_t v) { return full({}, static_cast<double>(v), DType::i64); }
 
-// Strings travel in snapshots as i32 arrays of their bytes.
-Tensor encode_string(const std::string& text) {
-  std::vector<std::int32_t> bytes(text.begin(), text.end());
-  return from_vector(bytes, {static_cast<std::int64_t>(bytes.size())});
-}
-
-std::string decode_string(const Tensor& t) {
-  std::string text;
-  for (std::int32_t c : t.to_vector<std::int32_t>()) text.push_back(static_cast<char>(c));
-  return text;
-}
-
 const Tensor& entry(const NamedTensors& entries, const std::string& name, const std::string& path) {
   for (const auto& e : entries)
     if (e.first == name) return e.second;
@@ -101,7 +89,7 @@ void Trainer::save_snapshot(const std::string& path) const {
   entries.emplace_back("iterator/is_new_epoch", scalar_i64(it.is_new_epoch));
   entries.emplace_back("iterator/previous_epoch_detail", full({}, it.previous_epoch_detail, DType::f64));
   entries.emplace_back("iterator/order", from_vector(it.order, {static_cast<std::int64_t>(it.order.size())}));
-  entries.emplace_back("iterator/rng", encode_string(it.rng));
+  entries.emplace_back("iterator/rng", string_to_tensor(it.rng));
   entries.emplace_back("trainer/iteration", scalar_i64(updater_->iteration()));
   entries.emplace_back("trainer/elapsed_time", full({}, elapsed_seconds(), DType::f64));
   for (const auto& e : extensions_)
@@ -119,7 +107,7 @@ void Trainer::load_snapshot(const std::string& path) {
   it.is_new_epoch = entry(entries, "iterator/is_new_epoch", path).item() != 0;
   it.previous_epoch_detail = entry(entries, "iterator/previous_epoch_detail", path).item();
   it.order = entry(entries, "iterator/order", path).to_vector<std::int64_t>();
-  it.rng = decode_string(entry(entries, "iterator/rng", path));
+  it.rng = tensor_to_string(entry(entries, "iterator/rng", path));
   updater_->iterator().restore(it);
   updater_->set_iteration(static_cast<std::int64_t>(entry(entries, "trainer/iteration", path).item()));
   elapsed_before_ = entry(entries, "trainer/elapsed_time", path).item();

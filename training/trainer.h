@@ -84,7 +84,6 @@ class Trainer {
   Observation observation_;
   std::chrono::steady_clock::time_point start_;
   double elapsed_before_ = 0;  // from a resumed snapshot
-  std::int64_t last_epoch_fired_ = 0;
 };
 
 }  // namespace tandem

@@ -45,16 +45,8 @@ class Convolution2D : public FunctionNode {
 }  // namespace
 
 Variable convolution_2d(const Variable& x, const Variable& W, const Variable& b, const Conv2DOptions& options) {
-  Conv2DParams params;
-  params.stride_y = options.stride_y;
-  params.stride_x = options.stride_x;
-  params.pad_y = options.pad_y;
-  params.pad_x = options.pad_x;
-  params.dilate_y = options.dilate_y;
-  params.dilate_x = options.dilate_x;
-  params.groups = options.groups;
-  if (b.defined()) return call<Convolution2D>({x, W, b}, params)[0];
-  return call<Convolution2D>({x, W}, params)[0];
+  if (b.defined()) return call<Convolution2D>({x, W, b}, options)[0];
+  return call<Convolution2D>({x, W}, options)[0];
 }
 
 }  // namespace functions

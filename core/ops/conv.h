@@ -28,6 +28,25 @@ struct Conv2DParams {
   std::int64_t pad_y = 0, pad_x = 0;
   std::int64_t dilate_y = 1, dilate_x = 1;
   std::int64_t groups = 1;  // used by the conv2d functions only
+
+  // The same stride, pad and dilation on both axes: Conv2DParams::make(2, 1).
+  static Conv2DParams make(std::int64_t stride, std::int64_t pad = 0, std::int64_t dilate = 1,
+                           std::int64_t groups = 1) {
+    Conv2DParams p;
+    p.stride_y = p.stride_x = stride;
+    p.pad_y = p.pad_x = pad;
+    p.dilate_y = p.dilate_x = dilate;
+    p.groups = groups;
+    return p;
+  }
+  // Chainable setters: Conv2DParams().stride(2).pad(1).with_groups(2).
+  Conv2DParams& stride(std::int64_t y, std::int64_t x) { stride_y = y; stride_x = x; return *this; }
+  Conv2DParams& stride(std::int64_t s) { return stride(s, s); }
+  Conv2DParams& pad(std::int64_t y, std::int64_t x) { pad_y = y; pad_x = x; return *this; }
+  Conv2DParams& pad(std::int64_t p) { return pad(p, p); }
+  Conv2DParams& dilate(std::int64_t y, std::int64_t x) { dilate_y = y; dilate_x = x; return *this; }
+  Conv2DParams& dilate(std::int64_t d) { return dilate(d, d); }
+  Conv2DParams& with_groups(std::int64_t g) { groups = g; return *this; }
 };
 
 // The validated window geometry of a kernel_h x kernel_w window over an input of shape x_shape

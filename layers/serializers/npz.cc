@@ -281,6 +281,17 @@ NamedTensors read_npz(const std::string& path) {
   return parse_npz(buffer.str(), path);
 }
 
+Tensor string_to_tensor(const std::string& text) {
+  std::vector<std::int32_t> bytes(text.begin(), text.end());
+  return from_vector(bytes, {static_cast<std::int64_t>(bytes.size())});
+}
+
+std::string tensor_to_string(const Tensor& tensor) {
+  std::string text;
+  for (std::int32_t c : tensor.to_vector<std::int32_t>()) text.push_back(static_cast<char>(c));
+  return text;
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

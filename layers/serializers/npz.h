@@ -27,6 +27,10 @@ NamedTensors parse_npz(const std::string& bytes, const std::string& source);
 std::string encode_npy(const Tensor& tensor);
 Tensor decode_npy(const std::string& bytes, const std::string& source);
 
+// Text carried in an .npz as an i32 array of its bytes (snapshot metadata: RNG state, logs).
+Tensor string_to_tensor(const std::string& text);
+std::string tensor_to_string(const Tensor& tensor);
+
 // Writes `bytes` to `path` atomically (temporary file, fsync, rename).
 void write_file_atomically(const std::string& path, const std::string& bytes);
 

@@ -85,17 +85,14 @@ void LogReport::write(const Trainer& trainer) const {
 NamedTensors LogReport::state() const {
   std::string joined;
   for (const auto& line : log_json_) joined += line + "\n";
-  std::vector<std::int32_t> bytes(joined.begin(), joined.end());
-  return {{"log_json", from_vector(bytes, {static_cast<std::int64_t>(bytes.size())})}};
+  return {{"log_json", string_to_tensor(joined)}};
 }
 
 void LogReport::restore(const NamedTensors& state) {
   for (const auto& [key, tensor] : state) {
     if (key != "log_json") continue;
-    std::string joined;
-    for (std::int32_t c : tensor.to_vector<std::int32_t>()) joined.push_back(static_cast<char>(c));
     log_json_.clear();
-    std::istringstream lines(joined);
+    std::istringstream lines(tensor_to_string(tensor));
     for (std::string line; std::getline(lines, line);)
       if (!line.empty()) log_json_.push_back(line);
   }
