@@ -19,7 +19,7 @@ Variables FunctionNode::apply(const Variables& inputs) {
     input_data.push_back(inputs[i].data());
     any_requires_grad = any_requires_grad || inputs[i].requires_grad();
   }
-  recording_ = grad_enabled() && any_requires_grad;
+  recording_ = grad_enabled() && (any_requires_grad || always_record());
   // The sequence number is taken before forward runs, so a function that communicates in its
   // forward is ordered on the tape exactly where its messages were sent.
   sequence_number_ = next_sequence_number.fetch_add(1);

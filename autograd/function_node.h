@@ -35,6 +35,10 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   // Communication functions return true: their backward is the peer's half of a message
   // exchange and must run whenever the node is reachable, gradient or not.
   virtual bool always_run_backward() const { return false; }
+  // Normal functions are recorded only when an input requires a gradient. Communication
+  // functions are recorded whenever gradients are recorded at all: a recv has no input yet
+  // must send the gradient of its output back, and both ranks must agree on that.
+  virtual bool always_record() const { return false; }
   virtual bool zero_fill_grad_outputs() const { return true; }
 
   Variables apply(const Variables& inputs);

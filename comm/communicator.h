@@ -1,0 +1,155 @@
+// Communicators: tensor and object traffic between the processes of an MPI job.
+//
+// create_communicator("naive") wraps MPI (MPICH) for CPU tensors. A communicator is created
+// collectively (every rank of the MPI communicator it wraps calls create_communicator in the
+// same order), and every collective member below must be called by all of its ranks in the
+// same order, as in MPI.
+//
+// Nothing here can hang silently or deliver garbage: every message carries a header (the
+// operation, dtype, shape and a sequence number per peer and tag; see message.h), so a
+// receiver never needs to know what it receives and a mismatch is an error naming both
+// operations. A wait that cannot end (the peer entered a collective this rank has not, or
+// finished) is an error as soon as it is certain; TANDEM_COMM_TIMEOUT=<seconds> (or
+// set_timeout) bounds every other wait. An exception that escapes main() on one rank aborts
+// the whole job (MPI_Abort) with its message on stderr.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/message.h"
+#include "core/tensor.h"
+
+namespace tandem {
+
+class Link;
+
+enum class AllreduceOp { sum, mean };
+
+// The largest tag a user may pass (tags above it are reserved for collectives).
+inline constexpr int kMaxUserTag = 32766;
+
+// What the differentiable functions add to a point-to-point message: the kind of message, its
+// flags and its place in a list of tensors (message.h).
+struct MessageOptions {
+  comm_detail::OpKind kind = comm_detail::OpKind::tensor_send;
+  std::uint8_t flags = 0;
+  std::uint32_t list_index = 0;
+  std::uint32_t list_size = 1;
+};
+
+// What a receive expects, checked against the header that arrives.
+struct MessageExpectation {
+  comm_detail::OpKind kind = comm_detail::OpKind::tensor_send;
+  std::string operation;      // the receiving operation, for errors: "send backward"
+  bool check_tensor = false;  // whether dtype and shape below must match
+  DType dtype = DType::f32;
+  Shape shape;
+  std::uint32_t list_index = 0;  // checked when check_list
+  bool check_list = false;
+};
+
+struct ReceivedMessage {
+  comm_detail::MessageHeader header;
+  Tensor tensor;
+};
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  virtual ~Communicator() = default;
+
+  // "naive".
+  virtual std::string name() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Ranks on this host (same processor name) and hosts: intra_rank is this process's index
+  // among the ranks on its host, inter_rank its host's index among the hosts (ordered by
+  // their lowest rank).
+  int intra_rank() const { return intra_rank_; }
+  int intra_size() const { return intra_size_; }
+  int inter_rank() const { return inter_rank_; }
+  int inter_size() const { return inter_size_; }
+
+  // Waits longer than this many seconds become errors; 0 waits forever. Defaults to
+  // TANDEM_COMM_TIMEOUT (unset: forever).
+  void set_timeout(double seconds) { timeout_seconds_ = seconds; }
+  double timeout() const { return timeout_seconds_; }
+
+  // A new communicator of the ranks that pass the same color, ordered by key (then by rank).
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+  virtual void barrier() = 0;
+
+  // --- tensors: any dtype; the receiver learns dtype and shape from the message -------------
+  void send(const Tensor& x, int dest, int tag = 0) { send_message(x, dest, tag, MessageOptions{}); }
+  Tensor recv(int source, int tag = 0);
+  // root's x to every rank (x is ignored, and may be undefined, elsewhere).
+  virtual Tensor bcast(const Tensor& x, int root = 0) = 0;
+  // At the root, one tensor per rank (shapes may differ, dtypes must match); empty elsewhere.
+  virtual std::vector<Tensor> gather(const Tensor& x, int root = 0) = 0;
+  // The root passes one tensor per rank; every rank gets its own. Other ranks pass {}.
+  virtual Tensor scatter(const std::vector<Tensor>& xs, int root = 0) = 0;
+  // Every rank gets every rank's x, in rank order.
+  virtual std::vector<Tensor> allgather(const Tensor& x) = 0;
+  // xs[j] goes to rank j; returns, in rank order, what every rank sent to this one.
+  virtual std::vector<Tensor> alltoall(const std::vector<Tensor>& xs) = 0;
+  // Element-wise sum (or mean) over ranks; shapes and dtypes must match.
+  virtual Tensor allreduce(const Tensor& x, AllreduceOp op = AllreduceOp::sum) = 0;
+  // Element-wise sum at the root (undefined elsewhere).
+  virtual Tensor reduce(const Tensor& x, int root = 0) = 0;
+  // Each rank passes one piece per rank (piece i has the same shape everywhere); rank i gets
+  // the sum over ranks of piece i. The mirror of allgather.
+  virtual Tensor reduce_scatter(const std::vector<Tensor>& xs) = 0;
+
+  // --- objects: small control data as bytes -------------------------------------------------
+  virtual void send_obj(const std::string& bytes, int dest, int tag = 0) = 0;
+  virtual std::string recv_obj(int source, int tag = 0) = 0;
+  virtual std::string bcast_obj(const std::string& bytes, int root = 0) = 0;
+  virtual std::vector<std::string> gather_obj(const std::string& bytes, int root = 0) = 0;
+
+  // --- data parallelism ---------------------------------------------------------------------
+  // Rank 0's parameters to every rank (the link must have the same parameters everywhere;
+  // parameters not initialised yet are skipped, consistently on every rank).
+  void bcast_data(Link& link);
+  // Averages every parameter's gradient over ranks with one packed allreduce per dtype. A
+  // parameter without a gradient is an error, or counts as zeros when zero_fill.
+  void multi_node_mean_grad(Link& link, bool zero_fill = false);
+
+  // --- for the differentiable functions (comm/functions) ------------------------------------
+  virtual void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) = 0;
+  virtual ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect) = 0;
+
+ protected:
+  Communicator() = default;
+  // The collective used by bcast_data and multi_node_mean_grad to agree on a parameter list
+  // (digest) before moving it; implemented by each communicator.
+  virtual Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) = 0;
+  virtual Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) = 0;
+
+  int rank_ = 0, size_ = 1;
+  int intra_rank_ = 0, intra_size_ = 1, inter_rank_ = 0, inter_size_ = 1;
+  double timeout_seconds_ = 0;
+};
+
+using CommunicatorPtr = std::shared_ptr<Communicator>;
+
+// A communicator over MPI_COMM_WORLD (MPI is initialised on first use and finalised at exit).
+// To wrap an existing MPI communicator, see comm/mpi_communicator.h.
+// Names: "naive" (MPI, CPU tensors). An unknown name is an error listing the valid ones.
+CommunicatorPtr create_communicator(const std::string& name = "naive");
+
+// Marks the scope of a differentiable function's backward, so that the messages it sends say so
+// (errors then read "allreduce (in backward)").
+class CommBackwardScope {
+ public:
+  CommBackwardScope();
+  ~CommBackwardScope();
+  CommBackwardScope(const CommBackwardScope&) = delete;
+  CommBackwardScope& operator=(const CommBackwardScope&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,99 @@
+// The data-parallel members of Communicator: broadcasting parameters and averaging gradients,
+// one packed buffer per dtype so that a model costs one collective, not one per parameter.
+#include <cstring>
+#include <map>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "layers/link.h"
+
+namespace tandem {
+
+namespace {
+
+struct Entry {
+  std::string name;
+  Variable param;
+};
+
+// Every rank must pass the same list: a digest of names, dtypes and shapes goes into the
+// collective's header, so a rank with a different model is an error on every rank.
+std::uint64_t params_digest(const std::vector<Entry>& entries) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  for (const Entry& e : entries) {
+    for (char c : e.name) mix(static_cast<unsigned char>(c));
+    mix(static_cast<std::uint64_t>(e.param.dtype()) + 256);
+    for (std::int64_t extent : e.param.shape()) mix(static_cast<std::uint64_t>(extent));
+    mix(0xffff);
+  }
+  return h;
+}
+
+// Parameters grouped by dtype, in the link's order within each group.
+std::map<DType, std::vector<Entry>> by_dtype(Link& link) {
+  std::map<DType, std::vector<Entry>> groups;
+  for (auto& [name, param] : link.namedparams()) groups[param.dtype()].push_back({name, param});
+  return groups;
+}
+
+std::int64_t total_numel(const std::vector<Entry>& entries) {
+  std::int64_t n = 0;
+  for (const Entry& e : entries) n += e.param.numel();
+  return n;
+}
+
+}  // namespace
+
+void Communicator::bcast_data(Link& link) {
+  for (auto& [dtype, entries] : by_dtype(link)) {
+    Tensor flat;
+    if (rank_ == 0) {
+      flat = Tensor({total_numel(entries)}, dtype);
+      char* out = static_cast<char*>(flat.raw_data());
+      for (const Entry& e : entries) {
+        std::memcpy(out, e.param.data().raw_data(), e.param.data().nbytes());
+        out += e.param.data().nbytes();
+      }
+    }
+    flat = bcast_checked(flat, 0, params_digest(entries), "bcast_data");
+    if (rank_ == 0) continue;
+    std::int64_t begin = 0;
+    for (Entry& e : entries) {
+      Tensor data = e.param.data();
+      data.copy_(flat.slice_rows(begin, begin + data.numel()).reshape(data.shape()));
+      begin += data.numel();
+    }
+  }
+}
+
+void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
+  for (auto& [dtype, entries] : by_dtype(link)) {
+    Tensor flat({total_numel(entries)}, dtype);
+    char* out = static_cast<char*>(flat.raw_data());
+    for (const Entry& e : entries) {
+      const Tensor& grad = e.param.grad();
+      const std::size_t bytes = e.param.data().nbytes();
+      if (grad.defined()) {
+        std::memcpy(out, grad.raw_data(), bytes);
+      } else {
+        TANDEM_CHECK(zero_fill, "multi_node_mean_grad: parameter '", e.name, "' (", e.param.description(),
+                     ") has no gradient on rank ", rank_,
+                     "; pass zero_fill = true to count a missing gradient as zeros");
+        std::memset(out, 0, bytes);
+      }
+      out += bytes;
+    }
+    const Tensor mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries), "multi_node_mean_grad");
+    std::int64_t begin = 0;
+    for (Entry& e : entries) {
+      e.param.set_grad(mean.slice_rows(begin, begin + e.param.numel()).reshape(e.param.shape()));
+      begin += e.param.numel();
+    }
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,6 @@
+// The differentiable communication functions (namespace tandem::functions, like the others).
+#pragma once
+
+#include "comm/functions/collectives.h"
+#include "comm/functions/point_to_point.h"
+#include "comm/functions/pseudo_connect.h"

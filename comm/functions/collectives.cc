@@ -1,0 +1,187 @@
+#include "comm/functions/collectives.h"
+
+#include "autograd/function_node.h"
+#include "core/error.h"
+
+namespace tandem::functions {
+
+namespace {
+
+// What every collective node shares: the communicator, and the rule that it is recorded and
+// run in backward whenever gradients are recorded (all ranks must take part alike).
+class CollectiveFunction : public FunctionNode {
+ public:
+  explicit CollectiveFunction(Communicator& comm) : comm_(comm.shared_from_this()) {}
+  bool always_record() const override { return true; }
+  bool always_run_backward() const override { return true; }
+
+ protected:
+  // Zero gradients for inputs that only connect the graph (delegates).
+  void remember_inputs(const std::vector<Tensor>& inputs) {
+    for (const Tensor& x : inputs) inputs_.emplace_back(x.shape(), x.dtype());
+  }
+  std::vector<Tensor> zero_input_grads() const {
+    std::vector<Tensor> grads;
+    for (const auto& [shape, dtype] : inputs_) grads.push_back(zeros(shape, dtype));
+    return grads;
+  }
+  // Whether gradients travel: decided from the dtype every rank agreed on in forward.
+  bool differentiable() const { return is_floating(dtype_); }
+  std::vector<Tensor> no_grads() const { return std::vector<Tensor>(inputs_.size()); }
+
+  CommunicatorPtr comm_;
+  DType dtype_ = DType::f32;
+  std::vector<std::pair<Shape, DType>> inputs_;
+};
+
+class Bcast final : public CollectiveFunction {
+ public:
+  Bcast(Communicator& comm, int root) : CollectiveFunction(comm), root_(root) {}
+  std::string name() const override { return "bcast"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    remember_inputs(inputs);
+    const bool is_root = comm_->rank() == root_;
+    TANDEM_CHECK(!is_root || !inputs.empty(), "bcast: the root (rank ", root_, ") passed no variable");
+    Tensor y = comm_->bcast(is_root ? inputs[0] : Tensor(), root_);
+    dtype_ = y.dtype();
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    if (!differentiable()) return no_grads();
+    CommBackwardScope scope;
+    Tensor sum = comm_->reduce(gy[0], root_);
+    std::vector<Tensor> grads = zero_input_grads();
+    if (comm_->rank() == root_) grads[0] = sum;
+    return grads;
+  }
+
+ private:
+  int root_;
+};
+
+class Gather final : public CollectiveFunction {
+ public:
+  Gather(Communicator& comm, int root) : CollectiveFunction(comm), root_(root) {}
+  std::string name() const override { return "gather"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    remember_inputs(inputs);
+    dtype_ = inputs[0].dtype();
+    std::vector<Tensor> ys = comm_->gather(inputs[0], root_);
+    if (comm_->rank() != root_) return {Tensor({0}, DType::f32)};  // the delegate
+    return ys;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gys) override {
+    if (!differentiable()) return no_grads();
+    CommBackwardScope scope;
+    const bool is_root = comm_->rank() == root_;
+    return {comm_->scatter(is_root ? gys : std::vector<Tensor>{}, root_)};
+  }
+
+ private:
+  int root_;
+};
+
+class Scatter final : public CollectiveFunction {
+ public:
+  Scatter(Communicator& comm, int root) : CollectiveFunction(comm), root_(root) {}
+  std::string name() const override { return "scatter"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    remember_inputs(inputs);
+    const bool is_root = comm_->rank() == root_;
+    Tensor y = comm_->scatter(is_root ? inputs : std::vector<Tensor>{}, root_);
+    dtype_ = y.dtype();
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    if (!differentiable()) return no_grads();
+    CommBackwardScope scope;
+    std::vector<Tensor> gathered = comm_->gather(gy[0], root_);
+    if (comm_->rank() == root_) return gathered;
+    return zero_input_grads();
+  }
+
+ private:
+  int root_;
+};
+
+class Allgather final : public CollectiveFunction {
+ public:
+  using CollectiveFunction::CollectiveFunction;
+  std::string name() const override { return "allgather"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    remember_inputs(inputs);
+    dtype_ = inputs[0].dtype();
+    return comm_->allgather(inputs[0]);
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gys) override {
+    if (!differentiable()) return no_grads();
+    CommBackwardScope scope;
+    return {comm_->reduce_scatter(gys)};
+  }
+};
+
+class Alltoall final : public CollectiveFunction {
+ public:
+  using CollectiveFunction::CollectiveFunction;
+  std::string name() const override { return "alltoall"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    remember_inputs(inputs);
+    dtype_ = inputs.empty() ? DType::f32 : inputs[0].dtype();
+    return comm_->alltoall(inputs);
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gys) override {
+    if (!differentiable()) return no_grads();
+    CommBackwardScope scope;
+    return comm_->alltoall(gys);
+  }
+};
+
+class Allreduce final : public CollectiveFunction {
+ public:
+  Allreduce(Communicator& comm, AllreduceOp op) : CollectiveFunction(comm), op_(op) {}
+  std::string name() const override { return "allreduce"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    remember_inputs(inputs);
+    dtype_ = inputs[0].dtype();
+    return {comm_->allreduce(inputs[0], op_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    if (!differentiable()) return no_grads();
+    CommBackwardScope scope;
+    return {comm_->allreduce(gy[0], op_)};
+  }
+
+ private:
+  AllreduceOp op_;
+};
+
+void check_defined(const Variable& x, const char* operation, const Communicator& comm) {
+  TANDEM_CHECK(x.defined(), operation, ": rank ", comm.rank(), " passed an undefined variable");
+}
+
+}  // namespace
+
+Variable bcast(Communicator& comm, const Variable& x, int root) {
+  return call<Bcast>(x.defined() ? Variables{x} : Variables{}, comm, root)[0];
+}
+
+Variables gather(Communicator& comm, const Variable& x, int root) {
+  check_defined(x, "gather", comm);
+  return call<Gather>({x}, comm, root);
+}
+
+Variable scatter(Communicator& comm, const Variables& xs, int root) { return call<Scatter>(xs, comm, root)[0]; }
+
+Variables allgather(Communicator& comm, const Variable& x) {
+  check_defined(x, "allgather", comm);
+  return call<Allgather>({x}, comm);
+}
+
+Variables alltoall(Communicator& comm, const Variables& xs) { return call<Alltoall>(xs, comm); }
+
+Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op) {
+  check_defined(x, "allreduce", comm);
+  return call<Allreduce>({x}, comm, op)[0];
+}
+
+}  // namespace tandem::functions

@@ -1,0 +1,35 @@
+// Differentiable collectives: each forward is a collective of the communicator, each backward
+// the collective that carries the gradients back (every rank of the communicator calls them
+// in the same order, as the forward did).
+//
+// | function   | forward                              | backward                              |
+// | bcast      | root's x to all                      | sum of all ranks' gradients at root   |
+// | gather     | root gets one variable per rank;     | scatter of the root's gradients       |
+// |            | others get a delegate                |                                       |
+// | scatter    | each rank gets its piece             | gather of the gradients to the root   |
+// | allgather  | every rank gets every x              | reduce-scatter                        |
+// | alltoall   | piece j of rank i goes to rank j     | alltoall of the gradients             |
+// | allreduce  | sum (or mean) over ranks             | allreduce of the gradients            |
+//
+// Ranks that pass no data (bcast and scatter away from the root) may pass a delegate
+// variable instead (e.g. from gather): it becomes an input, so chains like gather -> bcast
+// stay connected and backward from the result runs the gather's backward too. Gradients are
+// exchanged only for floating dtypes.
+#pragma once
+
+#include "autograd/variable.h"
+#include "comm/communicator.h"
+
+namespace tandem::functions {
+
+// x: the data at the root; elsewhere undefined or a delegate.
+Variable bcast(Communicator& comm, const Variable& x, int root = 0);
+// At the root, one variable per rank; elsewhere a single delegate variable.
+Variables gather(Communicator& comm, const Variable& x, int root = 0);
+// xs: one variable per rank at the root; elsewhere {} or {delegate}.
+Variable scatter(Communicator& comm, const Variables& xs, int root = 0);
+Variables allgather(Communicator& comm, const Variable& x);
+Variables alltoall(Communicator& comm, const Variables& xs);
+Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op = AllreduceOp::sum);
+
+}  // namespace tandem::functions

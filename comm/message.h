@@ -1,0 +1,95 @@
+// The header every tandem message carries, and its wire format.
+//
+// Each point-to-point message and each collective's metadata exchange starts with a
+// MessageHeader: which operation sent it, the dtype and shape of the tensor (so a receiver
+// never has to know them in advance), and a sequence number (per peer and tag for
+// point-to-point traffic, per communicator for collectives). A receiver compares the header
+// with what it expects and, on a mismatch, raises an error naming both operations instead of
+// hanging or reading garbage.
+//
+// decode_header() parses bytes that arrive from another process: it validates every field and
+// every length before use, and is the entry point of the message fuzzer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace tandem::comm_detail {
+
+// What sent a message. Point-to-point kinds travel on the user's tag; collective kinds travel
+// on the reserved collective tag.
+enum class OpKind : std::uint8_t {
+  // point to point
+  tensor_send = 1,     // Communicator::send
+  fn_send = 2,         // forward of the differentiable send
+  fn_recv_grad = 3,    // backward of the differentiable recv: the gradient for a send
+  object_send = 4,     // Communicator::send_obj
+  // collectives (metadata exchange before the data moves)
+  barrier = 16,
+  bcast = 17,
+  gather = 18,
+  scatter = 19,
+  allgather = 20,
+  alltoall = 21,
+  allreduce = 22,
+  reduce = 23,          // backward of bcast
+  reduce_scatter = 24,  // backward of allgather
+  object_bcast = 25,
+  object_gather = 26,
+  split = 27,
+  last = split,
+};
+
+const char* op_kind_name(OpKind kind);
+bool is_collective(OpKind kind);
+
+inline constexpr std::uint32_t kMessageMagic = 0x4d444e54;  // "TNDM"
+inline constexpr std::uint8_t kMessageVersion = 1;
+inline constexpr int kMaxDims = 8;
+
+// Header flags.
+inline constexpr std::uint8_t kFlagInlinePayload = 1;  // the payload follows the header in the same message
+inline constexpr std::uint8_t kFlagRecordsGraph = 2;   // the sender recorded a graph node (gradients will flow)
+inline constexpr std::uint8_t kFlagBackward = 4;       // sent by a differentiable function's backward
+inline constexpr std::uint8_t kFlagList = 8;           // one of a list of tensors sent together
+inline constexpr std::uint8_t kFlagTyped = 16;         // collectives: dtype and shape describe this rank's tensor
+
+struct MessageHeader {
+  OpKind kind = OpKind::tensor_send;
+  std::uint8_t flags = 0;
+  DType dtype = DType::f32;
+  std::int32_t tag = 0;
+  std::int32_t root = -1;          // collectives with a root; -1 otherwise
+  std::int64_t sequence = 0;       // per (peer, tag) for point-to-point, per communicator for collectives
+  std::uint32_t list_index = 0;    // position in a list of tensors sent together
+  std::uint32_t list_size = 1;
+  std::int32_t reduce_op = 0;      // allreduce: 0 sum, 1 mean
+  std::uint64_t digest = 0;        // collectives: what all ranks must agree on beyond dtype and shape
+  Shape shape;                     // of the tensor this message describes (or carries)
+  std::uint64_t payload_bytes = 0; // of the tensor's data, inline or in the next message
+
+  bool has_flag(std::uint8_t flag) const { return (flags & flag) != 0; }
+  // "send f32[3, 4] (tag 0, message #2)" for errors.
+  std::string describe() const;
+};
+
+// Bytes of the encoded header (without payload).
+std::size_t encoded_header_size(const MessageHeader& header);
+// Appends the encoded header to out.
+void encode_header(const MessageHeader& header, std::vector<char>& out);
+
+struct DecodedMessage {
+  MessageHeader header;
+  std::size_t header_bytes = 0;  // where an inline payload starts
+};
+// Parses and validates a message received from rank `source` (for the error text). Throws
+// tandem::Error on anything malformed: wrong magic or version, unknown kind or dtype, too many
+// dimensions, negative extents, a payload size that does not match dtype x shape, or an
+// inline payload whose length does not match the message length.
+DecodedMessage decode_header(const char* data, std::size_t size, int source);
+
+}  // namespace tandem::comm_detail

@@ -1,0 +1,431 @@
+// Collectives of the MPI communicator: a header exchange that every rank checks in the same
+// way (so every rank reaches the same verdict, and a mismatch is an error everywhere rather
+// than a hang somewhere), then the MPI collective on the tensors' bytes.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <sstream>
+
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_env.h"
+#include "core/error.h"
+
+namespace tandem {
+
+using comm_detail::check_mpi;
+using comm_detail::OpKind;
+
+namespace {
+
+constexpr std::size_t kChunkBytes = std::size_t(1) << 30;
+
+MPI_Datatype mpi_type(DType dtype, const char* operation) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::boolean: break;
+  }
+  TANDEM_FAIL(operation, ": cannot sum ", dtype_name(dtype), " tensors (f32, f64, i32 and i64 can be)");
+}
+
+int checked_int(std::size_t value, const char* operation) {
+  TANDEM_CHECK(value <= static_cast<std::size_t>(INT_MAX), operation, ": ", value,
+               " bytes in one collective exceed what the \"naive\" communicator's MPI calls can count (2 GiB)");
+  return static_cast<int>(value);
+}
+
+// Views of a flat buffer: one tensor per shape, consecutive.
+std::vector<Tensor> split_flat(const Tensor& flat, const std::vector<Shape>& shapes) {
+  std::vector<Tensor> pieces;
+  std::int64_t begin = 0;
+  for (const Shape& shape : shapes) {
+    const std::int64_t n = shape_numel(shape);
+    pieces.push_back(flat.slice_rows(begin, begin + n).reshape(shape));
+    begin += n;
+  }
+  return pieces;
+}
+
+Tensor pack(const std::vector<Tensor>& pieces, DType dtype) {
+  std::int64_t total = 0;
+  for (const Tensor& piece : pieces) total += piece.numel();
+  Tensor flat({total}, dtype);
+  char* out = static_cast<char*>(flat.raw_data());
+  for (const Tensor& piece : pieces) {
+    if (piece.nbytes() > 0) std::memcpy(out, piece.raw_data(), piece.nbytes());
+    out += piece.nbytes();
+  }
+  return flat;
+}
+
+void divide(Tensor& y, int size) {
+  if (y.dtype() == DType::f32) {
+    float* p = y.data<float>();
+    const float scale = 1.0f / static_cast<float>(size);
+    for (std::int64_t i = 0; i < y.numel(); ++i) p[i] *= scale;
+  } else {
+    double* p = y.data<double>();
+    for (std::int64_t i = 0; i < y.numel(); ++i) p[i] /= size;
+  }
+}
+
+std::uint64_t shapes_digest(const std::vector<Tensor>& xs) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over ndim and extents
+  auto mix = [&](std::uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  for (const Tensor& x : xs) {
+    mix(x.dim());
+    for (std::int64_t e : x.shape()) mix(static_cast<std::uint64_t>(e));
+  }
+  return h;
+}
+
+}  // namespace
+
+void MpiCommunicator::check_root(int root, const char* operation) const {
+  TANDEM_CHECK(root >= 0 && root < size_, operation, ": root ", root, " does not exist (communicator of size ", size_,
+               ", this is rank ", rank_, ")");
+}
+
+MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root, const Tensor* typed) {
+  Header header;
+  header.kind = kind;
+  header.root = root;
+  if (typed) {
+    header.flags |= comm_detail::kFlagTyped;
+    header.dtype = typed->dtype();
+    header.shape = typed->shape();
+    header.payload_bytes = typed->nbytes();
+  }
+  return header;
+}
+
+std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std::function<Header(int)>& header_for,
+                                                                       bool same_shape) {
+  const std::int64_t sequence = collective_sequence_++;
+  auto finish = [&](Header header) {
+    header.sequence = sequence;
+    header.tag = kCollectiveTag;
+    if (CommBackwardScope::active()) header.flags |= comm_detail::kFlagBackward;
+    return header;
+  };
+  std::vector<Header> all(size_);
+  all[rank_] = finish(header_for(rank_));
+  std::vector<std::vector<char>> buffers(size_);
+  std::vector<MPI_Request> requests;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    comm_detail::encode_header(finish(header_for(peer)), buffers[peer]);
+    requests.emplace_back();
+    check_mpi(MPI_Isend(buffers[peer].data(), static_cast<int>(buffers[peer].size()), MPI_BYTE, peer, kCollectiveTag,
+                        comm_, &requests.back()),
+              "MPI_Isend");
+  }
+  const std::string operation = all[rank_].describe();
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    auto early = early_collective_headers_.find(peer);
+    if (early != early_collective_headers_.end() && !early->second.empty()) {
+      all[peer] = early->second.front();
+      early->second.pop_front();
+      continue;
+    }
+    const std::vector<char> bytes = receive_message_bytes(peer, kCollectiveTag, WaitContext{operation, peer, true});
+    all[peer] = comm_detail::decode_header(bytes.data(), bytes.size(), peer).header;
+  }
+  wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true});
+
+  // The verdict: every rank sees every header and applies the same rules.
+  const Header& first = all[0];
+  const Header* typed = nullptr;
+  std::string reason;
+  for (int r = 0; r < size_ && reason.empty(); ++r) {
+    const Header& h = all[r];
+    if (h.kind != first.kind) reason = "they are in different operations";
+    else if (h.sequence != first.sequence) reason = "they are at different collectives";
+    else if (h.root != first.root) reason = "they name different roots";
+    else if (h.reduce_op != first.reduce_op) reason = "they ask for different reductions";
+    else if (h.digest != first.digest) reason = "their lists of tensors differ";
+    else if (h.has_flag(comm_detail::kFlagTyped)) {
+      if (!typed) typed = &h;
+      else if (h.dtype != typed->dtype) reason = "their dtypes differ";
+      else if (same_shape && h.shape != typed->shape) reason = "their shapes differ";
+    }
+  }
+  if (!reason.empty()) {
+    std::ostringstream out;
+    out << "comm: the ranks disagree at a collective (" << reason << "):";
+    for (int r = 0; r < size_; ++r) out << (r ? ";" : "") << " rank " << r << " is in " << all[r].describe();
+    TANDEM_FAIL(out.str());
+  }
+  return all;
+}
+
+Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) {
+  check_root(root, operation);
+  if (rank_ == root) check_cpu(x, operation);
+  Header mine = collective_header(OpKind::bcast, root, rank_ == root ? &x : nullptr);
+  mine.digest = digest;
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const Header& from_root = all[root];
+  Tensor y = rank_ == root ? x : Tensor(from_root.shape, from_root.dtype);
+  char* bytes = static_cast<char*>(y.raw_data());
+  for (std::size_t offset = 0; offset < y.nbytes(); offset += kChunkBytes) {
+    const int count = static_cast<int>(std::min(kChunkBytes, y.nbytes() - offset));
+    check_mpi(MPI_Bcast(bytes + offset, count, MPI_BYTE, root, comm_), "MPI_Bcast");
+  }
+  return y;
+}
+
+Tensor MpiCommunicator::bcast(const Tensor& x, int root) { return bcast_checked(x, root, 0, "bcast"); }
+
+std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
+  check_root(root, "gather");
+  check_cpu(x, "gather");
+  const Header mine = collective_header(OpKind::gather, root, &x);
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const int send_count = checked_int(x.nbytes(), "gather");
+  if (rank_ != root) {
+    check_mpi(MPI_Gatherv(x.raw_data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_),
+              "MPI_Gatherv");
+    return {};
+  }
+  std::vector<int> counts(size_), displacements(size_);
+  std::vector<Shape> shapes(size_);
+  std::size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    shapes[r] = all[r].shape;
+    counts[r] = checked_int(all[r].payload_bytes, "gather");
+    displacements[r] = checked_int(total, "gather");
+    total += all[r].payload_bytes;
+  }
+  checked_int(total, "gather");
+  std::int64_t numel = 0;
+  for (const Shape& shape : shapes) numel += shape_numel(shape);
+  Tensor flat({numel}, x.dtype());
+  check_mpi(MPI_Gatherv(x.raw_data(), send_count, MPI_BYTE, flat.raw_data(), counts.data(), displacements.data(),
+                        MPI_BYTE, root, comm_),
+            "MPI_Gatherv");
+  return split_flat(flat, shapes);
+}
+
+Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
+  check_root(root, "scatter");
+  if (rank_ == root) {
+    TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "scatter: the root (rank ", rank_, ") passed ", xs.size(),
+                 " tensors for ", size_, " ranks");
+    for (const Tensor& x : xs) {
+      check_cpu(x, "scatter");
+      TANDEM_CHECK(x.dtype() == xs[0].dtype(), "scatter: the root's tensors mix dtypes (", xs[0].description(), " and ",
+                   x.description(), ")");
+    }
+  }
+  const std::vector<Header> all = exchange_headers(
+      [&](int peer) {
+        return collective_header(OpKind::scatter, root, rank_ == root ? &xs[peer] : nullptr);
+      },
+      false);
+  if (rank_ == root) {
+    std::vector<int> counts(size_), displacements(size_);
+    std::size_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      counts[r] = checked_int(xs[r].nbytes(), "scatter");
+      displacements[r] = checked_int(total, "scatter");
+      total += xs[r].nbytes();
+    }
+    const Tensor flat = pack(xs, xs[0].dtype());
+    check_mpi(MPI_Scatterv(flat.raw_data(), counts.data(), displacements.data(), MPI_BYTE, MPI_IN_PLACE, 0, MPI_BYTE,
+                           root, comm_),
+              "MPI_Scatterv");
+    return xs[root];
+  }
+  const Header& mine = all[root];  // what the root sent this rank
+  Tensor y(mine.shape, mine.dtype);
+  check_mpi(MPI_Scatterv(nullptr, nullptr, nullptr, MPI_BYTE, y.raw_data(), checked_int(y.nbytes(), "scatter"),
+                         MPI_BYTE, root, comm_),
+            "MPI_Scatterv");
+  return y;
+}
+
+std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
+  check_cpu(x, "allgather");
+  const Header mine = collective_header(OpKind::allgather, -1, &x);
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  std::vector<int> counts(size_), displacements(size_);
+  std::vector<Shape> shapes(size_);
+  std::size_t total = 0;
+  std::int64_t numel = 0;
+  bool equal = true;
+  for (int r = 0; r < size_; ++r) {
+    shapes[r] = all[r].shape;
+    numel += shape_numel(shapes[r]);
+    counts[r] = checked_int(all[r].payload_bytes, "allgather");
+    displacements[r] = checked_int(total, "allgather");
+    total += all[r].payload_bytes;
+    equal = equal && counts[r] == counts[0];
+  }
+  checked_int(total, "allgather");
+  Tensor flat({numel}, x.dtype());
+  if (equal) {
+    check_mpi(MPI_Allgather(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts[0], MPI_BYTE, comm_),
+              "MPI_Allgather");
+  } else {
+    check_mpi(MPI_Allgatherv(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts.data(),
+                             displacements.data(), MPI_BYTE, comm_),
+              "MPI_Allgatherv");
+  }
+  return split_flat(flat, shapes);
+}
+
+std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
+  TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "alltoall: rank ", rank_, " passed ", xs.size(), " tensors for ",
+               size_, " ranks");
+  for (const Tensor& x : xs) {
+    check_cpu(x, "alltoall");
+    TANDEM_CHECK(x.dtype() == xs[0].dtype(), "alltoall: rank ", rank_, "'s tensors mix dtypes (", xs[0].description(),
+                 " and ", x.description(), ")");
+  }
+  const std::vector<Header> all =
+      exchange_headers([&](int peer) { return collective_header(OpKind::alltoall, -1, &xs[peer]); }, false);
+  std::vector<int> send_counts(size_), send_displacements(size_), recv_counts(size_), recv_displacements(size_);
+  std::vector<Shape> shapes(size_);
+  std::size_t send_total = 0, recv_total = 0;
+  std::int64_t numel = 0;
+  for (int r = 0; r < size_; ++r) {
+    send_counts[r] = checked_int(xs[r].nbytes(), "alltoall");
+    send_displacements[r] = checked_int(send_total, "alltoall");
+    send_total += xs[r].nbytes();
+    shapes[r] = all[r].shape;  // what rank r sends here
+    numel += shape_numel(shapes[r]);
+    recv_counts[r] = checked_int(all[r].payload_bytes, "alltoall");
+    recv_displacements[r] = checked_int(recv_total, "alltoall");
+    recv_total += all[r].payload_bytes;
+  }
+  checked_int(send_total, "alltoall");
+  checked_int(recv_total, "alltoall");
+  const Tensor send = pack(xs, xs[0].dtype());
+  Tensor flat({numel}, xs[0].dtype());
+  check_mpi(MPI_Alltoallv(send.raw_data(), send_counts.data(), send_displacements.data(), MPI_BYTE, flat.raw_data(),
+                          recv_counts.data(), recv_displacements.data(), MPI_BYTE, comm_),
+            "MPI_Alltoallv");
+  return split_flat(flat, shapes);
+}
+
+Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) {
+  check_cpu(x, operation);
+  const MPI_Datatype type = mpi_type(x.dtype(), operation);
+  TANDEM_CHECK(op == AllreduceOp::sum || is_floating(x.dtype()), operation, ": the mean of ", x.description(),
+               " needs a floating dtype");
+  Header mine = collective_header(OpKind::allreduce, -1, &x);
+  mine.reduce_op = op == AllreduceOp::mean ? 1 : 0;
+  mine.digest = digest;
+  exchange_headers([&](int) { return mine; }, true);
+  Tensor y(x.shape(), x.dtype());
+  const std::size_t element = dtype_size(x.dtype());
+  const std::size_t chunk = kChunkBytes / element;
+  for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
+    const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
+    check_mpi(MPI_Allreduce(static_cast<const char*>(x.raw_data()) + offset * element,
+                            static_cast<char*>(y.raw_data()) + offset * element, count, type, MPI_SUM, comm_),
+              "MPI_Allreduce");
+  }
+  if (op == AllreduceOp::mean) divide(y, size_);
+  return y;
+}
+
+Tensor MpiCommunicator::allreduce(const Tensor& x, AllreduceOp op) { return allreduce_checked(x, op, 0, "allreduce"); }
+
+Tensor MpiCommunicator::reduce(const Tensor& x, int root) {
+  check_root(root, "reduce");
+  check_cpu(x, "reduce");
+  const MPI_Datatype type = mpi_type(x.dtype(), "reduce");
+  const Header mine = collective_header(OpKind::reduce, root, &x);
+  exchange_headers([&](int) { return mine; }, true);
+  Tensor y = rank_ == root ? Tensor(x.shape(), x.dtype()) : Tensor();
+  const std::size_t element = dtype_size(x.dtype());
+  const std::size_t chunk = kChunkBytes / element;
+  for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
+    const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
+    check_mpi(MPI_Reduce(static_cast<const char*>(x.raw_data()) + offset * element,
+                         rank_ == root ? static_cast<char*>(y.raw_data()) + offset * element : nullptr, count, type,
+                         MPI_SUM, root, comm_),
+              "MPI_Reduce");
+  }
+  return y;
+}
+
+Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
+  TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "reduce_scatter: rank ", rank_, " passed ", xs.size(),
+               " tensors for ", size_, " ranks");
+  for (const Tensor& x : xs) {
+    check_cpu(x, "reduce_scatter");
+    TANDEM_CHECK(x.dtype() == xs[0].dtype(), "reduce_scatter: rank ", rank_, "'s tensors mix dtypes (",
+                 xs[0].description(), " and ", x.description(), ")");
+  }
+  const MPI_Datatype type = mpi_type(xs[0].dtype(), "reduce_scatter");
+  Header mine = collective_header(OpKind::reduce_scatter, -1, &xs[rank_]);
+  mine.digest = shapes_digest(xs);
+  exchange_headers([&](int) { return mine; }, false);
+  std::vector<int> counts(size_);
+  std::size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts[r] = checked_int(static_cast<std::size_t>(xs[r].numel()), "reduce_scatter");
+    total += xs[r].nbytes();
+  }
+  checked_int(total, "reduce_scatter");
+  const Tensor send = pack(xs, xs[0].dtype());
+  Tensor y(xs[rank_].shape(), xs[rank_].dtype());
+  check_mpi(MPI_Reduce_scatter(send.raw_data(), y.raw_data(), counts.data(), type, MPI_SUM, comm_),
+            "MPI_Reduce_scatter");
+  return y;
+}
+
+std::string MpiCommunicator::bcast_obj(const std::string& bytes, int root) {
+  check_root(root, "bcast_obj");
+  Header mine;
+  mine.kind = OpKind::object_bcast;
+  mine.root = root;
+  if (rank_ == root) mine.payload_bytes = bytes.size();
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  std::string result = rank_ == root ? bytes : std::string(all[root].payload_bytes, '\0');
+  for (std::size_t offset = 0; offset < result.size(); offset += kChunkBytes) {
+    const int count = static_cast<int>(std::min(kChunkBytes, result.size() - offset));
+    check_mpi(MPI_Bcast(result.data() + offset, count, MPI_BYTE, root, comm_), "MPI_Bcast");
+  }
+  return result;
+}
+
+std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, int root) {
+  check_root(root, "gather_obj");
+  Header mine;
+  mine.kind = OpKind::object_gather;
+  mine.root = root;
+  mine.payload_bytes = bytes.size();
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const int send_count = checked_int(bytes.size(), "gather_obj");
+  if (rank_ != root) {
+    check_mpi(MPI_Gatherv(bytes.data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_),
+              "MPI_Gatherv");
+    return {};
+  }
+  std::vector<int> counts(size_), displacements(size_);
+  std::size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts[r] = checked_int(all[r].payload_bytes, "gather_obj");
+    displacements[r] = checked_int(total, "gather_obj");
+    total += all[r].payload_bytes;
+  }
+  std::string flat(checked_int(total, "gather_obj"), '\0');
+  check_mpi(MPI_Gatherv(bytes.data(), send_count, MPI_BYTE, flat.data(), counts.data(), displacements.data(), MPI_BYTE,
+                        root, comm_),
+            "MPI_Gatherv");
+  std::vector<std::string> result(size_);
+  for (int r = 0; r < size_; ++r) result[r] = flat.substr(displacements[r], counts[r]);
+  return result;
+}
+
+}  // namespace tandem

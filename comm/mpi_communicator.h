@@ -1,0 +1,114 @@
+// The "naive" communicator: MPI (MPICH) point-to-point and collectives on CPU tensors.
+//
+// Point-to-point messages travel on the user's tag: one message (header plus payload) up to
+// kInlineBytes, otherwise the header and then the payload, sent from and received into the
+// tensors' own memory. A collective first exchanges headers with every peer on a reserved tag
+// (which makes a mismatch between ranks an error on every rank, and makes a peer that entered
+// a collective visible to a rank waiting for it elsewhere), then moves the data with the MPI
+// collective.
+#pragma once
+
+#include <mpi.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include "comm/communicator.h"
+
+namespace tandem {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Works on a duplicate of comm; the caller keeps (and frees) its own. Collective over comm.
+  static std::shared_ptr<MpiCommunicator> create(MPI_Comm comm);
+  ~MpiCommunicator() override;
+
+  std::string name() const override { return "naive"; }
+  MPI_Comm mpi_comm() const { return comm_; }
+
+  std::shared_ptr<Communicator> split(int color, int key) override;
+  void barrier() override;
+
+  Tensor bcast(const Tensor& x, int root) override;
+  std::vector<Tensor> gather(const Tensor& x, int root) override;
+  Tensor scatter(const std::vector<Tensor>& xs, int root) override;
+  std::vector<Tensor> allgather(const Tensor& x) override;
+  std::vector<Tensor> alltoall(const std::vector<Tensor>& xs) override;
+  Tensor allreduce(const Tensor& x, AllreduceOp op) override;
+  Tensor reduce(const Tensor& x, int root) override;
+  Tensor reduce_scatter(const std::vector<Tensor>& xs) override;
+
+  void send_obj(const std::string& bytes, int dest, int tag) override;
+  std::string recv_obj(int source, int tag) override;
+  std::string bcast_obj(const std::string& bytes, int root) override;
+  std::vector<std::string> gather_obj(const std::string& bytes, int root) override;
+
+  void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) override;
+  ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect) override;
+
+  // Point-to-point payloads up to this size travel inside the header's message.
+  static constexpr std::size_t kInlineBytes = 8192;
+  // The tag of collective headers (above every user tag).
+  static constexpr int kCollectiveTag = kMaxUserTag + 1;
+
+ protected:
+  Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) override;
+  Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
+
+ private:
+  explicit MpiCommunicator(MPI_Comm owned);
+
+  using Header = comm_detail::MessageHeader;
+
+  // --- waiting (mpi_wait.cc) ----------------------------------------------------------------
+  // What a rank is doing while it waits, for the diagnosis and the errors.
+  struct WaitContext {
+    std::string operation;  // "recv (tag 0)"
+    int peer;
+    bool in_collective;
+  };
+  // Waits for a message from (source, tag) and receives it whole (its first part, when the
+  // payload follows separately).
+  std::vector<char> receive_message_bytes(int source, int tag, const WaitContext& context);
+  // Completes requests, diagnosing and timing out as receive_message_bytes does.
+  void wait_all(std::vector<MPI_Request>& requests, const WaitContext& context);
+  // Called now and then while waiting on a peer: throws when the wait can never end.
+  void diagnose_wait(const WaitContext& context, double waited_seconds);
+  [[noreturn]] void fail_timeout(const WaitContext& context, double waited_seconds);
+  std::string pending_from(int peer);
+
+  // --- point to point (mpi_point_to_point.cc) -----------------------------------------------
+  void check_peer(int peer, int tag, const char* operation) const;
+  void send_bytes(Header header, const void* data, int dest, int tag, const char* operation);
+  struct Incoming {
+    comm_detail::DecodedMessage message;
+    std::vector<char> bytes;
+  };
+  // Receives the payload (inline or the following message) into dst.
+  void receive_payload(const Incoming& incoming, void* dst, int source, int tag, const WaitContext& context);
+
+  // --- collectives (mpi_collectives.cc) -----------------------------------------------------
+  // Sends this rank's header for the next collective to every peer (header_for(peer) may vary
+  // per peer), receives every peer's, and checks that they describe the same collective.
+  // Returns the headers indexed by rank, this rank's own (header_for(rank)) included.
+  std::vector<Header> exchange_headers(const std::function<Header(int peer)>& header_for, bool same_shape);
+  Header collective_header(comm_detail::OpKind kind, int root, const Tensor* typed) ;
+  void check_root(int root, const char* operation) const;
+  void check_cpu(const Tensor& x, const char* operation) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::vector<int> world_rank_of_;  // rank in this communicator -> rank in MPI_COMM_WORLD
+  std::unordered_map<std::int64_t, std::int64_t> send_sequence_;  // key: peer * 65536 + tag
+  std::unordered_map<std::int64_t, std::int64_t> recv_sequence_;
+  std::int64_t collective_sequence_ = 0;
+  // Collective headers received early (while diagnosing a wait), per peer, oldest first.
+  std::map<int, std::deque<Header>> early_collective_headers_;
+};
+
+// A communicator over an existing MPI communicator (a duplicate of it; collective over comm).
+// name: "naive".
+CommunicatorPtr create_communicator(const std::string& name, MPI_Comm comm);
+
+}  // namespace tandem

@@ -1,0 +1,159 @@
+// Point-to-point traffic of the MPI communicator: tensors and objects, with headers.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_env.h"
+#include "core/error.h"
+
+namespace tandem {
+
+using comm_detail::check_mpi;
+using comm_detail::OpKind;
+
+namespace {
+
+// MPI counts are ints: larger payloads travel in pieces of this many bytes.
+constexpr std::size_t kChunkBytes = std::size_t(1) << 30;
+
+std::int64_t channel(int peer, int tag) { return static_cast<std::int64_t>(peer) * 65536 + tag; }
+
+}  // namespace
+
+void MpiCommunicator::check_peer(int peer, int tag, const char* operation) const {
+  TANDEM_CHECK(peer >= 0 && peer < size_, operation, ": rank ", peer, " does not exist (communicator of size ", size_,
+               ", this is rank ", rank_, ")");
+  TANDEM_CHECK(peer != rank_, operation, ": rank ", rank_,
+               " cannot communicate with itself (that would wait forever); pass the value directly");
+  TANDEM_CHECK(tag >= 0 && tag <= kMaxUserTag, operation, ": tag ", tag, " on rank ", rank_, " is outside [0, ",
+               kMaxUserTag, "]");
+}
+
+void MpiCommunicator::check_cpu(const Tensor& x, const char* operation) const {
+  TANDEM_CHECK(x.defined(), operation, ": undefined tensor on rank ", rank_);
+  TANDEM_CHECK(x.device().is_cpu(), operation, ": the \"naive\" communicator moves CPU tensors; got ", x.description(),
+               " on rank ", rank_, " (move it to the CPU first)");
+}
+
+void MpiCommunicator::send_bytes(Header header, const void* data, int dest, int tag, const char* operation) {
+  header.tag = tag;
+  header.sequence = send_sequence_[channel(dest, tag)]++;
+  std::vector<char> message;
+  const std::size_t size = header.payload_bytes;
+  const bool inline_payload = size <= kInlineBytes;
+  if (inline_payload) header.flags |= comm_detail::kFlagInlinePayload;
+  message.reserve(comm_detail::encoded_header_size(header) + (inline_payload ? size : 0));
+  comm_detail::encode_header(header, message);
+  if (inline_payload && size > 0) message.insert(message.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
+
+  std::vector<MPI_Request> requests(1);
+  check_mpi(MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_BYTE, dest, tag, comm_, &requests[0]),
+            "MPI_Isend");
+  if (!inline_payload) {
+    // Straight from the tensor's memory, in pieces MPI can count.
+    const char* bytes = static_cast<const char*>(data);
+    for (std::size_t offset = 0; offset < size; offset += kChunkBytes) {
+      requests.emplace_back();
+      const int count = static_cast<int>(std::min(kChunkBytes, size - offset));
+      check_mpi(MPI_Isend(bytes + offset, count, MPI_BYTE, dest, tag, comm_, &requests.back()), "MPI_Isend");
+    }
+  }
+  wait_all(requests, WaitContext{detail::concat(operation, " of ", header.describe(), " to rank ", dest), dest, false});
+}
+
+void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, int source, int tag,
+                                      const WaitContext& context) {
+  const Header& header = incoming.message.header;
+  const std::size_t size = header.payload_bytes;
+  if (header.has_flag(comm_detail::kFlagInlinePayload)) {
+    if (size > 0) std::memcpy(dst, incoming.bytes.data() + incoming.message.header_bytes, size);
+    return;
+  }
+  std::vector<MPI_Request> requests;
+  char* bytes = static_cast<char*>(dst);
+  for (std::size_t offset = 0; offset < size; offset += kChunkBytes) {
+    requests.emplace_back();
+    const int count = static_cast<int>(std::min(kChunkBytes, size - offset));
+    check_mpi(MPI_Irecv(bytes + offset, count, MPI_BYTE, source, tag, comm_, &requests.back()), "MPI_Irecv");
+  }
+  wait_all(requests, context);
+}
+
+void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) {
+  const char* operation = options.kind == OpKind::fn_send        ? "send"
+                          : options.kind == OpKind::fn_recv_grad ? "recv backward"
+                                                                 : "send";
+  check_peer(dest, tag, operation);
+  check_cpu(x, operation);
+  Header header;
+  header.kind = options.kind;
+  header.flags = options.flags;
+  header.dtype = x.dtype();
+  header.shape = x.shape();
+  header.payload_bytes = x.nbytes();
+  header.list_index = options.list_index;
+  header.list_size = options.list_size;
+  send_bytes(header, x.raw_data(), dest, tag, operation);
+}
+
+ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const MessageExpectation& expect) {
+  const char* operation = expect.operation.empty() ? "recv" : expect.operation.c_str();
+  check_peer(source, tag, operation);
+  const WaitContext context{detail::concat(operation, " (from rank ", source, ", tag ", tag, ")"), source, false};
+  Incoming incoming;
+  incoming.bytes = receive_message_bytes(source, tag, context);
+  incoming.message = comm_detail::decode_header(incoming.bytes.data(), incoming.bytes.size(), source);
+  const Header& header = incoming.message.header;
+
+  std::int64_t& expected_sequence = recv_sequence_[channel(source, tag)];
+  std::string problem;
+  if (header.kind != expect.kind) {
+    problem = detail::concat("it expects a message from ", comm_detail::op_kind_name(expect.kind));
+  } else if (header.sequence != expected_sequence) {
+    problem = detail::concat("it expects message #", expected_sequence, " on this tag");
+  } else if (expect.check_tensor && (header.dtype != expect.dtype || header.shape != expect.shape)) {
+    problem = detail::concat("it expects ", dtype_name(expect.dtype), shape_str(expect.shape));
+  } else if (expect.check_list && header.list_index != expect.list_index) {
+    problem = detail::concat("it expects tensor ", expect.list_index + 1, " of a list");
+  }
+  expected_sequence = header.sequence + 1;
+
+  ReceivedMessage received;
+  received.header = header;
+  if (header.kind == OpKind::object_send) {
+    // Objects are returned through recv_obj; here only drained when unexpected.
+    std::string bytes(header.payload_bytes, '\0');
+    receive_payload(incoming, bytes.data(), source, tag, context);
+    if (problem.empty()) received.tensor = Tensor({static_cast<std::int64_t>(bytes.size())}, DType::boolean);
+    if (problem.empty() && !bytes.empty()) std::memcpy(received.tensor.raw_data(), bytes.data(), bytes.size());
+  } else {
+    received.tensor = Tensor(header.shape, header.dtype);
+    receive_payload(incoming, received.tensor.raw_data(), source, tag, context);
+  }
+  if (!problem.empty()) {
+    TANDEM_FAIL("comm: ", operation, " on rank ", rank_, " received ", header.describe(), " from rank ", source,
+                ", but ", problem, " (the two ranks' programs disagree)");
+  }
+  return received;
+}
+
+void MpiCommunicator::send_obj(const std::string& bytes, int dest, int tag) {
+  check_peer(dest, tag, "send_obj");
+  Header header;
+  header.kind = OpKind::object_send;
+  header.dtype = DType::boolean;
+  header.payload_bytes = bytes.size();
+  send_bytes(header, bytes.data(), dest, tag, "send_obj");
+}
+
+std::string MpiCommunicator::recv_obj(int source, int tag) {
+  MessageExpectation expect;
+  expect.kind = OpKind::object_send;
+  expect.operation = "recv_obj";
+  const Tensor bytes = recv_message(source, tag, expect).tensor;
+  if (bytes.numel() == 0) return std::string();
+  return std::string(static_cast<const char*>(bytes.raw_data()), static_cast<std::size_t>(bytes.numel()));
+}
+
+}  // namespace tandem

@@ -1,0 +1,164 @@
+// Waiting on peers without hanging: polling with a deadline, and the diagnosis of waits that
+// can never end.
+//
+// A wait polls (spinning briefly, then yielding the core: with more ranks than cores, a
+// spinning rank steals the time its peer needs). Every few milliseconds it asks whether the
+// peer it waits for can still deliver:
+// - The peer announced that it finished (mpi_env.h): it never will.
+// - For a point-to-point wait: the peer has entered a collective that this rank has not. A
+//   rank inside a collective waits for every peer's header before anything else, so the peer
+//   cannot send what this rank waits for until this rank joins the collective.
+// Both are certain deadlocks, and become errors at once. Anything else may still resolve, so
+// it is only reported when the timeout (TANDEM_COMM_TIMEOUT / set_timeout) expires.
+#include <sched.h>
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_env.h"
+#include "core/error.h"
+
+namespace tandem {
+
+using comm_detail::check_mpi;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The polling rhythm shared by every wait.
+class Poller {
+ public:
+  explicit Poller(double timeout) : timeout_(timeout), start_(Clock::now()), last_check_(start_) {}
+
+  // Call after each unsuccessful poll. Returns true when it is time to diagnose.
+  bool idle() {
+    ++polls_;
+    if (polls_ > 256) sched_yield();
+    if ((polls_ & 31) != 0) return false;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last_check_).count() < 0.005) return false;
+    last_check_ = now;
+    return true;
+  }
+  double waited() const { return seconds_since(start_); }
+  bool timed_out() const { return timeout_ > 0 && waited() > timeout_; }
+
+ private:
+  double timeout_;
+  Clock::time_point start_, last_check_;
+  long polls_ = 0;
+};
+
+}  // namespace
+
+std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, const WaitContext& context) {
+  Poller poller(timeout_seconds_);
+  for (;;) {
+    int found = 0;
+    MPI_Message message;
+    MPI_Status status;
+    check_mpi(MPI_Improbe(source, tag, comm_, &found, &message, &status), "MPI_Improbe");
+    if (found) {
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      std::vector<char> bytes(static_cast<std::size_t>(count));
+      check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+      return bytes;
+    }
+    if (poller.idle()) {
+      if (poller.timed_out()) fail_timeout(context, poller.waited());
+      // The wanted message may be in flight behind the evidence of a deadlock; look once more
+      // before concluding.
+      int again = 0;
+      check_mpi(MPI_Iprobe(source, tag, comm_, &again, MPI_STATUS_IGNORE), "MPI_Iprobe");
+      if (!again) diagnose_wait(context, poller.waited());
+    }
+  }
+}
+
+void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitContext& context) {
+  Poller poller(timeout_seconds_);
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+    if (done) return;
+    if (poller.idle()) {
+      if (poller.timed_out()) fail_timeout(context, poller.waited());
+      diagnose_wait(context, poller.waited());
+    }
+  }
+}
+
+void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_seconds) {
+  const int peer = context.peer;
+  // Has the peer finished?
+  int finished = 0;
+  check_mpi(MPI_Iprobe(world_rank_of_[peer], comm_detail::kFinishedTag, comm_detail::control_comm(), &finished,
+                       MPI_STATUS_IGNORE),
+            "MPI_Iprobe");
+  if (finished) {
+    // Its last messages may still be in flight on this communicator: give them a moment.
+    if (waited_seconds < 0.05) return;
+    TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer,
+                ", but rank ", peer, " has finished (reached MPI_Finalize) without sending it; ",
+                "the ranks' programs do not communicate in matching ways");
+  }
+  if (context.in_collective) return;
+  // Has the peer entered a collective this rank has not?
+  int found = 0;
+  MPI_Message message;
+  MPI_Status status;
+  check_mpi(MPI_Improbe(peer, kCollectiveTag, comm_, &found, &message, &status), "MPI_Improbe");
+  if (found) {
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::vector<char> bytes(static_cast<std::size_t>(count));
+    check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    // Kept for the collective this rank may still call (after catching this error).
+    early_collective_headers_[peer].push_back(comm_detail::decode_header(bytes.data(), bytes.size(), peer).header);
+  }
+  auto early = early_collective_headers_.find(peer);
+  if (early != early_collective_headers_.end() && !early->second.empty()) {
+    TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer, ", but rank ", peer,
+                " has entered ", early->second.front().describe(), ", which rank ", rank_,
+                " has not: the ranks call communication operations in different orders (a certain deadlock)");
+  }
+}
+
+std::string MpiCommunicator::pending_from(int peer) {
+  std::ostringstream out;
+  int found = 0;
+  MPI_Status status;
+  MPI_Iprobe(peer, MPI_ANY_TAG, comm_, &found, &status);
+  if (found) {
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    if (status.MPI_TAG == kCollectiveTag) {
+      out << "; rank " << peer << " has entered a collective (its header is waiting here)";
+    } else {
+      out << "; a message from rank " << peer << " on tag " << status.MPI_TAG << " (" << count
+          << " bytes) is waiting here unreceived";
+    }
+  } else {
+    out << "; nothing from rank " << peer << " is waiting here";
+  }
+  return out.str();
+}
+
+void MpiCommunicator::fail_timeout(const WaitContext& context, double waited_seconds) {
+  std::ostringstream why;
+  why.precision(3);
+  why << "comm: " << context.operation << " on rank " << rank_ << " waited " << waited_seconds << " s for rank "
+      << context.peer << " and timed out (TANDEM_COMM_TIMEOUT=" << timeout_seconds_ << ")" << pending_from(context.peer);
+  TANDEM_FAIL(why.str());
+}
+
+}  // namespace tandem
