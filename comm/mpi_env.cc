@@ -1,8 +1,10 @@
 #include "comm/mpi_env.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -34,6 +36,9 @@ std::terminate_handler g_previous_terminate = nullptr;
   std::fprintf(stderr, "tandem: rank %d of %d failed: %s\ntandem: aborting all ranks (MPI_Abort)\n", g_world_rank,
                g_world_size, what.c_str());
   std::fflush(stderr);
+  // mpiexec relays output asynchronously; MPI_Abort tears the job down at once. A moment's
+  // grace lets the message above reach the user's terminal.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
