@@ -23,6 +23,12 @@ Variable Link::forward(const Variable&) {
   TANDEM_FAIL(type_name(), ": this link has no single-input forward");
 }
 
+Variables Link::forward_many(const Variables& xs) {
+  TANDEM_CHECK(xs.size() == 1, type_name(), ": takes one input but was given ", xs.size(),
+               "; override forward_many to take several");
+  return {forward(xs[0])};
+}
+
 void Link::collect_params(const std::string& prefix, bool include_uninitialized,
                           std::vector<std::pair<std::string, Variable>>& out) const {
   for (const auto& [name, variable] : params_)

@@ -33,6 +33,9 @@ class Link {
   // A single-input forward, for links that have one (Linear, Convolution2D, user chains).
   virtual Variable forward(const Variable& x);
   Variable operator()(const Variable& x) { return forward(x); }
+  // Several inputs and/or outputs (a MultiNodeChainList component that receives from several
+  // ranks, or sends a pair). The default passes a single input to forward(x).
+  virtual Variables forward_many(const Variables& xs);
 
   // ---- parameters and persistent buffers of this link and all its descendants ----
   // (name, parameter) pairs in registration order, children after their parent's own, with
