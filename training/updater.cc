@@ -21,7 +21,8 @@ Observation StandardUpdater::update() {
   ++iteration_;
   Observation observation;
   for (const auto& [name, value] : result.observation) observation["main/" + name] = value;
-  observation["main/loss"] = result.loss.data().item();
+  // A model-parallel rank without a loss of its own returns a delegate variable (size 0).
+  if (result.loss.numel() == 1) observation["main/loss"] = result.loss.data().item();
   return observation;
 }
 

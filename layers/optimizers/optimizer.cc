@@ -24,6 +24,7 @@ void Optimizer::add_hook(std::shared_ptr<OptimizerHook> hook) {
 
 void Optimizer::update() {
   const LinkPtr& link = target();
+  if (sync_ && !sync_->before_update(*link)) return;
   ++t_;
   for (const auto& hook : hooks_) (*hook)(*this);
   for (auto& [name, param] : link->namedparams()) {

@@ -25,6 +25,15 @@ class OptimizerHook {
   virtual void operator()(Optimizer& optimizer) = 0;
 };
 
+// Runs at the start of every update, before the hooks: a data-parallel optimizer averages the
+// gradients over processes here (comm/optimizers). Returns false to skip this update (the
+// first update of a multi-node optimizer broadcasts the parameters instead).
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual bool before_update(Link& target) = 0;
+};
+
 class Optimizer {
  public:
   // The named state tensors of one parameter ("m", "v", "velocity", ...).
@@ -39,6 +48,8 @@ class Optimizer {
   void update();
   void update(const std::function<Variable()>& lossfun);
   void add_hook(std::shared_ptr<OptimizerHook> hook);
+  void set_gradient_sync(std::shared_ptr<GradientSync> sync) { sync_ = std::move(sync); }
+  const std::shared_ptr<GradientSync>& gradient_sync() const { return sync_; }
 
   // Number of updates done so far.
   std::int64_t t() const { return t_; }
@@ -60,6 +71,7 @@ class Optimizer {
  private:
   LinkPtr target_;
   std::vector<std::shared_ptr<OptimizerHook>> hooks_;
+  std::shared_ptr<GradientSync> sync_;
   std::map<std::string, State> states_;
   std::int64_t t_ = 0;
   std::int64_t epoch_ = 0;

@@ -1,0 +1,20 @@
+// Data parallelism for any optimizer (chainermn.create_multi_node_optimizer).
+//
+// The returned optimizer is the one passed in, with a gradient sync installed: its first
+// update broadcasts rank 0's parameters to every rank instead of updating (so all replicas
+// start equal), and so does any later update whose parameter set changed (a lazily sized
+// layer appeared); every other update first averages the gradients over the ranks with one
+// packed allreduce (Communicator::multi_node_mean_grad), then runs the hooks and the update
+// rule as usual. With zero_fill, a parameter without a gradient on some rank counts as zeros
+// there; otherwise it is an error.
+#pragma once
+
+#include "comm/communicator.h"
+#include "layers/optimizers/optimizer.h"
+
+namespace tandem {
+
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
+                                                       bool zero_fill = false);
+
+}  // namespace tandem
