@@ -59,7 +59,12 @@ void Communicator::bcast_data(Link& link) {
         out += e.param.data().nbytes();
       }
     }
-    flat = bcast_checked(flat, 0, params_digest(entries), "bcast_data");
+    try {
+      flat = bcast_checked(flat, 0, params_digest(entries), "bcast_data");
+    } catch (const Error& e) {
+      TANDEM_FAIL("bcast_data on rank ", rank_, ": the ranks' models differ (names, shapes or dtypes of the ",
+                  dtype_name(dtype), " parameters); ", e.what());
+    }
     if (rank_ == 0) continue;
     std::int64_t begin = 0;
     for (Entry& e : entries) {
@@ -74,20 +79,32 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
   for (auto& [dtype, entries] : by_dtype(link)) {
     Tensor flat({total_numel(entries)}, dtype);
     char* out = static_cast<char*>(flat.raw_data());
+    std::string missing;
     for (const Entry& e : entries) {
       const Tensor& grad = e.param.grad();
       const std::size_t bytes = e.param.data().nbytes();
       if (grad.defined()) {
         std::memcpy(out, grad.raw_data(), bytes);
       } else {
-        TANDEM_CHECK(zero_fill, "multi_node_mean_grad: parameter '", e.name, "' (", e.param.description(),
-                     ") has no gradient on rank ", rank_,
-                     "; pass zero_fill = true to count a missing gradient as zeros");
+        if (!zero_fill && missing.empty()) missing = "'" + e.name + "' (" + e.param.data().description() + ")";
         std::memset(out, 0, bytes);
       }
       out += bytes;
     }
-    const Tensor mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries), "multi_node_mean_grad");
+    // A missing gradient must stop every rank, not just this one (the others would wait in
+    // the allreduce): the digest then differs, so the collective fails everywhere.
+    const std::string why = detail::concat("multi_node_mean_grad: parameter ", missing, " has no gradient on rank ",
+                                           rank_, "; pass zero_fill = true to count a missing gradient as zeros");
+    Tensor mean;
+    try {
+      mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries) + (missing.empty() ? 0 : 1),
+                               "multi_node_mean_grad");
+    } catch (const Error& e) {
+      if (!missing.empty()) TANDEM_FAIL(why);
+      TANDEM_FAIL("multi_node_mean_grad on rank ", rank_, ": the ranks' models differ, or another rank lacks a "
+                  "gradient (without zero_fill); ", e.what());
+    }
+    TANDEM_CHECK(missing.empty(), why);
     std::int64_t begin = 0;
     for (Entry& e : entries) {
       e.param.set_grad(mean.slice_rows(begin, begin + e.param.numel()).reshape(e.param.shape()));

@@ -57,6 +57,7 @@ inline constexpr std::uint8_t kFlagRecordsGraph = 2;   // the sender recorded a 
 inline constexpr std::uint8_t kFlagBackward = 4;       // sent by a differentiable function's backward
 inline constexpr std::uint8_t kFlagList = 8;           // one of a list of tensors sent together
 inline constexpr std::uint8_t kFlagTyped = 16;         // collectives: dtype and shape describe this rank's tensor
+inline constexpr std::uint8_t kFlagAbandoned = 32;     // collectives: the sender gave up its previous collective
 
 struct MessageHeader {
   OpKind kind = OpKind::tensor_send;

@@ -106,16 +106,23 @@ MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root
 
 std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std::function<Header(int)>& header_for,
                                                                        bool same_shape) {
+  TANDEM_CHECK(broken_.empty(), "comm: this communicator can run no more collectives on rank ", rank_, ": ", broken_,
+               "; create a new communicator (or end the job)");
   const std::int64_t sequence = collective_sequence_++;
+  const bool abandoned_previous = collective_open_;
+  collective_open_ = true;
   auto finish = [&](Header header) {
     header.sequence = sequence;
     header.tag = kCollectiveTag;
     if (CommBackwardScope::active()) header.flags |= comm_detail::kFlagBackward;
+    if (abandoned_previous) header.flags |= comm_detail::kFlagAbandoned;
     return header;
   };
+  reap_orphans();
   std::vector<Header> all(size_);
   all[rank_] = finish(header_for(rank_));
-  std::vector<std::vector<char>> buffers(size_);
+  auto shared_buffers = std::make_shared<std::vector<std::vector<char>>>(size_);
+  std::vector<std::vector<char>>& buffers = *shared_buffers;
   std::vector<MPI_Request> requests;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
@@ -137,7 +144,7 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
     const std::vector<char> bytes = receive_message_bytes(peer, kCollectiveTag, WaitContext{operation, peer, true});
     all[peer] = comm_detail::decode_header(bytes.data(), bytes.size(), peer).header;
   }
-  wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true});
+  wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true}, {shared_buffers});
 
   // The verdict: every rank sees every header and applies the same rules.
   const Header& first = all[0];
@@ -165,6 +172,21 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
   return all;
 }
 
+void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, const char* operation,
+                                        KeepAlive keep_alive) {
+  // The data phase waits like everything else: a peer that gave this collective up (after its
+  // own wait failed) or finished is an error here, not a hang.
+  const std::int64_t sequence = collective_sequence_ - 1;
+  try {
+    wait_all(requests, WaitContext{detail::concat(operation, " (collective #", sequence, ")"), -1, true, sequence},
+             std::move(keep_alive));
+  } catch (const Error& e) {
+    broken_ = detail::concat(operation, " (collective #", sequence, ") failed in flight (", e.what(), ")");
+    throw;
+  }
+  collective_open_ = false;
+}
+
 Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) {
   check_root(root, operation);
   if (rank_ == root) check_cpu(x, operation);
@@ -174,10 +196,13 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   const Header& from_root = all[root];
   Tensor y = rank_ == root ? x : Tensor(from_root.shape, from_root.dtype);
   char* bytes = static_cast<char*>(y.raw_data());
+  std::vector<MPI_Request> requests;
   for (std::size_t offset = 0; offset < y.nbytes(); offset += kChunkBytes) {
     const int count = static_cast<int>(std::min(kChunkBytes, y.nbytes() - offset));
-    check_mpi(MPI_Bcast(bytes + offset, count, MPI_BYTE, root, comm_), "MPI_Bcast");
+    requests.emplace_back();
+    check_mpi(MPI_Ibcast(bytes + offset, count, MPI_BYTE, root, comm_, &requests.back()), "MPI_Ibcast");
   }
+  finish_collective(requests, operation, {y.storage()});
   return y;
 }
 
@@ -189,9 +214,12 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
   const Header mine = collective_header(OpKind::gather, root, &x);
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   const int send_count = checked_int(x.nbytes(), "gather");
+  std::vector<MPI_Request> requests(1);
   if (rank_ != root) {
-    check_mpi(MPI_Gatherv(x.raw_data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_),
-              "MPI_Gatherv");
+    check_mpi(MPI_Igatherv(x.raw_data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_,
+                           &requests[0]),
+              "MPI_Igatherv");
+    finish_collective(requests, "gather", {x.storage()});
     return {};
   }
   std::vector<int> counts(size_), displacements(size_);
@@ -207,9 +235,10 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
   std::int64_t numel = 0;
   for (const Shape& shape : shapes) numel += shape_numel(shape);
   Tensor flat({numel}, x.dtype());
-  check_mpi(MPI_Gatherv(x.raw_data(), send_count, MPI_BYTE, flat.raw_data(), counts.data(), displacements.data(),
-                        MPI_BYTE, root, comm_),
-            "MPI_Gatherv");
+  check_mpi(MPI_Igatherv(x.raw_data(), send_count, MPI_BYTE, flat.raw_data(), counts.data(), displacements.data(),
+                         MPI_BYTE, root, comm_, &requests[0]),
+            "MPI_Igatherv");
+  finish_collective(requests, "gather", {x.storage(), flat.storage()});
   return split_flat(flat, shapes);
 }
 
@@ -238,16 +267,20 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
       total += xs[r].nbytes();
     }
     const Tensor flat = pack(xs, xs[0].dtype());
-    check_mpi(MPI_Scatterv(flat.raw_data(), counts.data(), displacements.data(), MPI_BYTE, MPI_IN_PLACE, 0, MPI_BYTE,
-                           root, comm_),
-              "MPI_Scatterv");
+    std::vector<MPI_Request> requests(1);
+    check_mpi(MPI_Iscatterv(flat.raw_data(), counts.data(), displacements.data(), MPI_BYTE, MPI_IN_PLACE, 0, MPI_BYTE,
+                            root, comm_, &requests[0]),
+              "MPI_Iscatterv");
+    finish_collective(requests, "scatter", {flat.storage()});
     return xs[root];
   }
   const Header& mine = all[root];  // what the root sent this rank
   Tensor y(mine.shape, mine.dtype);
-  check_mpi(MPI_Scatterv(nullptr, nullptr, nullptr, MPI_BYTE, y.raw_data(), checked_int(y.nbytes(), "scatter"),
-                         MPI_BYTE, root, comm_),
-            "MPI_Scatterv");
+  std::vector<MPI_Request> requests(1);
+  check_mpi(MPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, y.raw_data(), checked_int(y.nbytes(), "scatter"),
+                          MPI_BYTE, root, comm_, &requests[0]),
+            "MPI_Iscatterv");
+  finish_collective(requests, "scatter", {y.storage()});
   return y;
 }
 
@@ -270,14 +303,17 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
   }
   checked_int(total, "allgather");
   Tensor flat({numel}, x.dtype());
+  std::vector<MPI_Request> requests(1);
   if (equal) {
-    check_mpi(MPI_Allgather(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts[0], MPI_BYTE, comm_),
-              "MPI_Allgather");
+    check_mpi(MPI_Iallgather(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts[0], MPI_BYTE, comm_,
+                             &requests[0]),
+              "MPI_Iallgather");
   } else {
-    check_mpi(MPI_Allgatherv(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts.data(),
-                             displacements.data(), MPI_BYTE, comm_),
-              "MPI_Allgatherv");
+    check_mpi(MPI_Iallgatherv(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts.data(),
+                              displacements.data(), MPI_BYTE, comm_, &requests[0]),
+              "MPI_Iallgatherv");
   }
+  finish_collective(requests, "allgather", {x.storage(), flat.storage()});
   return split_flat(flat, shapes);
 }
 
@@ -309,9 +345,11 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
   checked_int(recv_total, "alltoall");
   const Tensor send = pack(xs, xs[0].dtype());
   Tensor flat({numel}, xs[0].dtype());
-  check_mpi(MPI_Alltoallv(send.raw_data(), send_counts.data(), send_displacements.data(), MPI_BYTE, flat.raw_data(),
-                          recv_counts.data(), recv_displacements.data(), MPI_BYTE, comm_),
-            "MPI_Alltoallv");
+  std::vector<MPI_Request> requests(1);
+  check_mpi(MPI_Ialltoallv(send.raw_data(), send_counts.data(), send_displacements.data(), MPI_BYTE, flat.raw_data(),
+                           recv_counts.data(), recv_displacements.data(), MPI_BYTE, comm_, &requests[0]),
+            "MPI_Ialltoallv");
+  finish_collective(requests, "alltoall", {send.storage(), flat.storage()});
   return split_flat(flat, shapes);
 }
 
@@ -327,12 +365,16 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   Tensor y(x.shape(), x.dtype());
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;
+  std::vector<MPI_Request> requests;
   for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
     const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
-    check_mpi(MPI_Allreduce(static_cast<const char*>(x.raw_data()) + offset * element,
-                            static_cast<char*>(y.raw_data()) + offset * element, count, type, MPI_SUM, comm_),
-              "MPI_Allreduce");
+    requests.emplace_back();
+    check_mpi(MPI_Iallreduce(static_cast<const char*>(x.raw_data()) + offset * element,
+                             static_cast<char*>(y.raw_data()) + offset * element, count, type, MPI_SUM, comm_,
+                             &requests.back()),
+              "MPI_Iallreduce");
   }
+  finish_collective(requests, operation, {x.storage(), y.storage()});
   if (op == AllreduceOp::mean) divide(y, size_);
   return y;
 }
@@ -348,13 +390,16 @@ Tensor MpiCommunicator::reduce(const Tensor& x, int root) {
   Tensor y = rank_ == root ? Tensor(x.shape(), x.dtype()) : Tensor();
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;
+  std::vector<MPI_Request> requests;
   for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
     const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
-    check_mpi(MPI_Reduce(static_cast<const char*>(x.raw_data()) + offset * element,
-                         rank_ == root ? static_cast<char*>(y.raw_data()) + offset * element : nullptr, count, type,
-                         MPI_SUM, root, comm_),
-              "MPI_Reduce");
+    requests.emplace_back();
+    check_mpi(MPI_Ireduce(static_cast<const char*>(x.raw_data()) + offset * element,
+                          rank_ == root ? static_cast<char*>(y.raw_data()) + offset * element : nullptr, count, type,
+                          MPI_SUM, root, comm_, &requests.back()),
+              "MPI_Ireduce");
   }
+  finish_collective(requests, "reduce", {x.storage(), rank_ == root ? y.storage() : nullptr});
   return y;
 }
 
@@ -379,8 +424,10 @@ Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
   checked_int(total, "reduce_scatter");
   const Tensor send = pack(xs, xs[0].dtype());
   Tensor y(xs[rank_].shape(), xs[rank_].dtype());
-  check_mpi(MPI_Reduce_scatter(send.raw_data(), y.raw_data(), counts.data(), type, MPI_SUM, comm_),
-            "MPI_Reduce_scatter");
+  std::vector<MPI_Request> requests(1);
+  check_mpi(MPI_Ireduce_scatter(send.raw_data(), y.raw_data(), counts.data(), type, MPI_SUM, comm_, &requests[0]),
+            "MPI_Ireduce_scatter");
+  finish_collective(requests, "reduce_scatter", {send.storage(), y.storage()});
   return y;
 }
 
@@ -391,12 +438,15 @@ std::string MpiCommunicator::bcast_obj(const std::string& bytes, int root) {
   mine.root = root;
   if (rank_ == root) mine.payload_bytes = bytes.size();
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
-  std::string result = rank_ == root ? bytes : std::string(all[root].payload_bytes, '\0');
-  for (std::size_t offset = 0; offset < result.size(); offset += kChunkBytes) {
-    const int count = static_cast<int>(std::min(kChunkBytes, result.size() - offset));
-    check_mpi(MPI_Bcast(result.data() + offset, count, MPI_BYTE, root, comm_), "MPI_Bcast");
+  auto result = std::make_shared<std::string>(rank_ == root ? bytes : std::string(all[root].payload_bytes, '\0'));
+  std::vector<MPI_Request> requests;
+  for (std::size_t offset = 0; offset < result->size(); offset += kChunkBytes) {
+    const int count = static_cast<int>(std::min(kChunkBytes, result->size() - offset));
+    requests.emplace_back();
+    check_mpi(MPI_Ibcast(result->data() + offset, count, MPI_BYTE, root, comm_, &requests.back()), "MPI_Ibcast");
   }
-  return result;
+  finish_collective(requests, "bcast_obj", {result});
+  return *result;
 }
 
 std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, int root) {
@@ -407,9 +457,13 @@ std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, i
   mine.payload_bytes = bytes.size();
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   const int send_count = checked_int(bytes.size(), "gather_obj");
+  auto mine_bytes = std::make_shared<const std::string>(bytes);
+  std::vector<MPI_Request> requests(1);
   if (rank_ != root) {
-    check_mpi(MPI_Gatherv(bytes.data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_),
-              "MPI_Gatherv");
+    check_mpi(MPI_Igatherv(mine_bytes->data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_,
+                           &requests[0]),
+              "MPI_Igatherv");
+    finish_collective(requests, "gather_obj", {mine_bytes});
     return {};
   }
   std::vector<int> counts(size_), displacements(size_);
@@ -419,12 +473,13 @@ std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, i
     displacements[r] = checked_int(total, "gather_obj");
     total += all[r].payload_bytes;
   }
-  std::string flat(checked_int(total, "gather_obj"), '\0');
-  check_mpi(MPI_Gatherv(bytes.data(), send_count, MPI_BYTE, flat.data(), counts.data(), displacements.data(), MPI_BYTE,
-                        root, comm_),
-            "MPI_Gatherv");
+  auto flat = std::make_shared<std::string>(checked_int(total, "gather_obj"), '\0');
+  check_mpi(MPI_Igatherv(mine_bytes->data(), send_count, MPI_BYTE, flat->data(), counts.data(), displacements.data(),
+                         MPI_BYTE, root, comm_, &requests[0]),
+            "MPI_Igatherv");
+  finish_collective(requests, "gather_obj", {mine_bytes, flat});
   std::vector<std::string> result(size_);
-  for (int r = 0; r < size_; ++r) result[r] = flat.substr(displacements[r], counts[r]);
+  for (int r = 0; r < size_; ++r) result[r] = flat->substr(displacements[r], counts[r]);
   return result;
 }
 

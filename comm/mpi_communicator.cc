@@ -68,6 +68,7 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   Header mine;
   mine.kind = comm_detail::OpKind::split;
   exchange_headers([&](int) { return mine; }, false);
+  collective_open_ = false;
   MPI_Comm part = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
   auto result = std::shared_ptr<MpiCommunicator>(new MpiCommunicator(part));
@@ -80,6 +81,7 @@ void MpiCommunicator::barrier() {
   Header mine;
   mine.kind = comm_detail::OpKind::barrier;
   exchange_headers([&](int) { return mine; }, false);
+  collective_open_ = false;
 }
 
 CommunicatorPtr create_communicator(const std::string& name, MPI_Comm comm) {

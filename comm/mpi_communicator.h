@@ -68,12 +68,21 @@ class MpiCommunicator final : public Communicator {
     std::string operation;  // "recv (tag 0)"
     int peer;
     bool in_collective;
+    // In a collective's data phase: its sequence number (a peer that has moved on to a later
+    // collective has given this one up). -1 elsewhere.
+    std::int64_t data_phase = -1;
   };
+  // Buffers an MPI request reads or writes: kept alive until the request completes.
+  using KeepAlive = std::vector<std::shared_ptr<const void>>;
   // Waits for a message from (source, tag) and receives it whole (its first part, when the
   // payload follows separately).
   std::vector<char> receive_message_bytes(int source, int tag, const WaitContext& context);
-  // Completes requests, diagnosing and timing out as receive_message_bytes does.
-  void wait_all(std::vector<MPI_Request>& requests, const WaitContext& context);
+  // Completes requests, diagnosing and timing out as receive_message_bytes does. When the wait
+  // fails, the requests still in flight and their buffers (keep_alive) are set aside and
+  // completed later, so MPI never touches freed memory.
+  void wait_all(std::vector<MPI_Request>& requests, const WaitContext& context, KeepAlive keep_alive = {});
+  // Completes what failed waits set aside, as far as it has arrived.
+  void reap_orphans();
   // Called now and then while waiting on a peer: throws when the wait can never end.
   void diagnose_wait(const WaitContext& context, double waited_seconds);
   [[noreturn]] void fail_timeout(const WaitContext& context, double waited_seconds);
@@ -81,13 +90,17 @@ class MpiCommunicator final : public Communicator {
 
   // --- point to point (mpi_point_to_point.cc) -----------------------------------------------
   void check_peer(int peer, int tag, const char* operation) const;
-  void send_bytes(Header header, const void* data, int dest, int tag, const char* operation);
+  void send_bytes(Header header, const void* data, std::shared_ptr<const void> owner, int dest, int tag,
+                  const char* operation);
   struct Incoming {
     comm_detail::DecodedMessage message;
     std::vector<char> bytes;
   };
   // Receives the payload (inline or the following message) into dst.
-  void receive_payload(const Incoming& incoming, void* dst, int source, int tag, const WaitContext& context);
+  void receive_payload(const Incoming& incoming, void* dst, std::shared_ptr<const void> owner, int source, int tag,
+                       const WaitContext& context);
+  // Runs the data phase of collective `sequence` (requests from MPI_I* calls) to completion.
+  void finish_collective(std::vector<MPI_Request>& requests, const char* operation, KeepAlive keep_alive);
 
   // --- collectives (mpi_collectives.cc) -----------------------------------------------------
   // Sends this rank's header for the next collective to every peer (header_for(peer) may vary
@@ -103,8 +116,20 @@ class MpiCommunicator final : public Communicator {
   std::unordered_map<std::int64_t, std::int64_t> send_sequence_;  // key: peer * 65536 + tag
   std::unordered_map<std::int64_t, std::int64_t> recv_sequence_;
   std::int64_t collective_sequence_ = 0;
+  // True from a collective's header exchange until its data phase completes: still true at the
+  // next collective means this rank gave the previous one up (its wait failed), which the next
+  // header tells the peers, so that one still waiting for it fails instead of hanging.
+  bool collective_open_ = false;
+  // Set when a collective's data phase fails: its MPI request stays posted and MPI would pair it
+  // with this rank's next collective call, so no further collective may run here.
+  std::string broken_;
   // Collective headers received early (while diagnosing a wait), per peer, oldest first.
   std::map<int, std::deque<Header>> early_collective_headers_;
+  struct Orphan {
+    std::vector<MPI_Request> requests;
+    KeepAlive keep_alive;
+  };
+  std::vector<Orphan> orphans_;
 };
 
 // A communicator over an existing MPI communicator (a duplicate of it; collective over comm).

@@ -36,10 +36,13 @@ void MpiCommunicator::check_cpu(const Tensor& x, const char* operation) const {
                " on rank ", rank_, " (move it to the CPU first)");
 }
 
-void MpiCommunicator::send_bytes(Header header, const void* data, int dest, int tag, const char* operation) {
+void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_ptr<const void> owner, int dest, int tag,
+                                 const char* operation) {
+  reap_orphans();
   header.tag = tag;
   header.sequence = send_sequence_[channel(dest, tag)]++;
-  std::vector<char> message;
+  auto buffer = std::make_shared<std::vector<char>>();
+  std::vector<char>& message = *buffer;
   const std::size_t size = header.payload_bytes;
   const bool inline_payload = size <= kInlineBytes;
   if (inline_payload) header.flags |= comm_detail::kFlagInlinePayload;
@@ -59,11 +62,14 @@ void MpiCommunicator::send_bytes(Header header, const void* data, int dest, int 
       check_mpi(MPI_Isend(bytes + offset, count, MPI_BYTE, dest, tag, comm_, &requests.back()), "MPI_Isend");
     }
   }
-  wait_all(requests, WaitContext{detail::concat(operation, " of ", header.describe(), " to rank ", dest), dest, false});
+  // A failed wait leaves the payload in flight: its memory stays alive until it completes. A
+  // caller that changes the tensor after a failed send may see the change delivered.
+  wait_all(requests, WaitContext{detail::concat(header.describe(), " to rank ", dest), dest, false},
+           {buffer, inline_payload ? nullptr : owner});
 }
 
-void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, int source, int tag,
-                                      const WaitContext& context) {
+void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, std::shared_ptr<const void> owner,
+                                      int source, int tag, const WaitContext& context) {
   const Header& header = incoming.message.header;
   const std::size_t size = header.payload_bytes;
   if (header.has_flag(comm_detail::kFlagInlinePayload)) {
@@ -77,7 +83,7 @@ void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, int s
     const int count = static_cast<int>(std::min(kChunkBytes, size - offset));
     check_mpi(MPI_Irecv(bytes + offset, count, MPI_BYTE, source, tag, comm_, &requests.back()), "MPI_Irecv");
   }
-  wait_all(requests, context);
+  wait_all(requests, context, {std::move(owner)});
 }
 
 void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) {
@@ -94,12 +100,13 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
   header.payload_bytes = x.nbytes();
   header.list_index = options.list_index;
   header.list_size = options.list_size;
-  send_bytes(header, x.raw_data(), dest, tag, operation);
+  send_bytes(header, x.raw_data(), x.storage(), dest, tag, operation);
 }
 
 ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const MessageExpectation& expect) {
   const char* operation = expect.operation.empty() ? "recv" : expect.operation.c_str();
   check_peer(source, tag, operation);
+  reap_orphans();
   const WaitContext context{detail::concat(operation, " (from rank ", source, ", tag ", tag, ")"), source, false};
   Incoming incoming;
   incoming.bytes = receive_message_bytes(source, tag, context);
@@ -122,15 +129,12 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   ReceivedMessage received;
   received.header = header;
   if (header.kind == OpKind::object_send) {
-    // Objects are returned through recv_obj; here only drained when unexpected.
-    std::string bytes(header.payload_bytes, '\0');
-    receive_payload(incoming, bytes.data(), source, tag, context);
-    if (problem.empty()) received.tensor = Tensor({static_cast<std::int64_t>(bytes.size())}, DType::boolean);
-    if (problem.empty() && !bytes.empty()) std::memcpy(received.tensor.raw_data(), bytes.data(), bytes.size());
+    // Objects arrive as bytes; recv_obj reads them out.
+    received.tensor = Tensor({static_cast<std::int64_t>(header.payload_bytes)}, DType::boolean);
   } else {
     received.tensor = Tensor(header.shape, header.dtype);
-    receive_payload(incoming, received.tensor.raw_data(), source, tag, context);
   }
+  receive_payload(incoming, received.tensor.raw_data(), received.tensor.storage(), source, tag, context);
   if (!problem.empty()) {
     TANDEM_FAIL("comm: ", operation, " on rank ", rank_, " received ", header.describe(), " from rank ", source,
                 ", but ", problem, " (the two ranks' programs disagree)");
@@ -144,7 +148,8 @@ void MpiCommunicator::send_obj(const std::string& bytes, int dest, int tag) {
   header.kind = OpKind::object_send;
   header.dtype = DType::boolean;
   header.payload_bytes = bytes.size();
-  send_bytes(header, bytes.data(), dest, tag, "send_obj");
+  auto copy = std::make_shared<const std::string>(bytes);  // outlives a failed send
+  send_bytes(header, copy->data(), copy, dest, tag, "send_obj");
 }
 
 std::string MpiCommunicator::recv_obj(int source, int tag) {

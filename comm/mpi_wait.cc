@@ -83,21 +83,69 @@ std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, co
   }
 }
 
-void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitContext& context) {
+void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitContext& context, KeepAlive keep_alive) {
   Poller poller(timeout_seconds_);
-  for (;;) {
-    int done = 0;
-    check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
-              "MPI_Testall");
-    if (done) return;
-    if (poller.idle()) {
-      if (poller.timed_out()) fail_timeout(context, poller.waited());
-      diagnose_wait(context, poller.waited());
+  try {
+    for (;;) {
+      int done = 0;
+      check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
+                "MPI_Testall");
+      if (done) return;
+      if (poller.idle()) {
+        if (poller.timed_out()) fail_timeout(context, poller.waited());
+        diagnose_wait(context, poller.waited());
+      }
     }
+  } catch (...) {
+    orphans_.push_back(Orphan{requests, std::move(keep_alive)});
+    throw;
+  }
+}
+
+void MpiCommunicator::reap_orphans() {
+  for (auto it = orphans_.begin(); it != orphans_.end();) {
+    int done = 0;
+    MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &done, MPI_STATUSES_IGNORE);
+    it = done ? orphans_.erase(it) : it + 1;
   }
 }
 
 void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_seconds) {
+  if (context.data_phase >= 0) {
+    // Every rank passed this collective's header exchange; a peer that has since entered a
+    // later collective gave this one up (its wait failed) and will never complete it.
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      int found = 0;
+      MPI_Message message;
+      MPI_Status status;
+      check_mpi(MPI_Improbe(peer, kCollectiveTag, comm_, &found, &message, &status), "MPI_Improbe");
+      if (found) {
+        int count = 0;
+        MPI_Get_count(&status, MPI_BYTE, &count);
+        std::vector<char> bytes(static_cast<std::size_t>(count));
+        check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+        early_collective_headers_[peer].push_back(comm_detail::decode_header(bytes.data(), bytes.size(), peer).header);
+      }
+      // A peer may well have finished its part and moved on; only one whose next header says
+      // it gave this collective up will never complete it.
+      auto early = early_collective_headers_.find(peer);
+      if (early != early_collective_headers_.end() && !early->second.empty() &&
+          early->second.front().has_flag(comm_detail::kFlagAbandoned)) {
+        TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
+                    " gave it up (its wait failed) and has entered ", early->second.front().describe());
+      }
+      int finished = 0;
+      check_mpi(MPI_Iprobe(world_rank_of_[peer], comm_detail::kFinishedTag, comm_detail::control_comm(), &finished,
+                           MPI_STATUS_IGNORE),
+                "MPI_Iprobe");
+      if (finished && waited_seconds >= 0.05) {
+        TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
+                    " has finished (reached MPI_Finalize)");
+      }
+    }
+    return;
+  }
   const int peer = context.peer;
   // Has the peer finished?
   int finished = 0;
@@ -156,8 +204,14 @@ std::string MpiCommunicator::pending_from(int peer) {
 void MpiCommunicator::fail_timeout(const WaitContext& context, double waited_seconds) {
   std::ostringstream why;
   why.precision(3);
-  why << "comm: " << context.operation << " on rank " << rank_ << " waited " << waited_seconds << " s for rank "
-      << context.peer << " and timed out (TANDEM_COMM_TIMEOUT=" << timeout_seconds_ << ")" << pending_from(context.peer);
+  why << "comm: " << context.operation << " on rank " << rank_ << " waited " << waited_seconds << " s for ";
+  if (context.peer >= 0) {
+    why << "rank " << context.peer;
+  } else {
+    why << "the other ranks";
+  }
+  why << " and timed out (TANDEM_COMM_TIMEOUT=" << timeout_seconds_ << ")";
+  if (context.peer >= 0) why << pending_from(context.peer);
   TANDEM_FAIL(why.str());
 }
 

@@ -1,0 +1,215 @@
+// ChainerMN's model-parallel MNIST MLP on exactly 2 ranks, on Fashion-MNIST (or MNIST):
+//   rank 0: Linear(784, unit) + ReLU, sends to rank 1, receives the logits back, computes the
+//           loss (Classifier) and reports;
+//   rank 1: Linear(-1, unit) + ReLU -> Linear(-1, 10), sends the logits back; it iterates an
+//           empty dataset of the same length, so both ranks take the same number of steps.
+// --form chainlist (default) declares the split with MultiNodeChainList; --form explicit
+// writes the same traffic with send/recv and the delegate variable by hand.
+//
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_model_parallel --epoch 10
+#include <cstdio>
+
+#include "autograd/functions.h"
+#include "comm/data/empty_dataset.h"
+#include "comm/functions.h"
+#include "comm/links/multi_node_chain_list.h"
+#include "data/data.h"
+#include "examples/common/flags.h"
+#include "layers/links/classifier.h"
+#include "layers/links/linear.h"
+#include "layers/optimizers/adam.h"
+#include "training/extensions/evaluator.h"
+#include "training/extensions/reporting.h"
+#include "training/trainer.h"
+
+using namespace tandem;
+
+namespace {
+
+// Rank 0's first half: the first layer.
+class FirstLayer : public Chain {
+ public:
+  explicit FirstLayer(std::int64_t units) { l1 = add_link("l1", std::make_shared<Linear>(784, units)); }
+  Variable forward(const Variable& x) override { return F::relu((*l1)(x)); }
+  std::shared_ptr<Linear> l1;
+};
+
+// What rank 0 does with the logits that come back: nothing.
+class Identity : public Link {
+ public:
+  Variable forward(const Variable& y) override { return y; }
+};
+
+// Rank 1's part: the two other layers.
+class LastLayers : public Chain {
+ public:
+  explicit LastLayers(std::int64_t units) {
+    l2 = add_link("l2", std::make_shared<Linear>(-1, units));
+    l3 = add_link("l3", std::make_shared<Linear>(-1, 10));
+  }
+  Variable forward(const Variable& h) override { return (*l3)(F::relu((*l2)(h))); }
+  std::shared_ptr<Linear> l2, l3;
+};
+
+// The same split, with the communication written out.
+class ExplicitRank0 : public Chain {
+ public:
+  ExplicitRank0(CommunicatorPtr comm, std::int64_t units) : comm_(std::move(comm)) {
+    first = add_link("0", std::make_shared<FirstLayer>(units));
+  }
+  Variable forward(const Variable& x) override {
+    Variable phi = F::send((*first)(x), *comm_, 1);  // phi: the delegate variable
+    return F::recv(*comm_, 1, phi);                   // keeps the send in this rank's graph
+  }
+  std::shared_ptr<FirstLayer> first;
+
+ private:
+  CommunicatorPtr comm_;
+};
+
+class ExplicitRank1 : public Chain {
+ public:
+  ExplicitRank1(CommunicatorPtr comm, std::int64_t units) : comm_(std::move(comm)) {
+    last = add_link("0", std::make_shared<LastLayers>(units));
+  }
+  Variables forward_many(const Variables&) override {
+    Variable h = F::recv(*comm_, 0);
+    return {F::send((*last)(h), *comm_, 0)};  // a delegate: backward() on it runs the exchange
+  }
+  std::shared_ptr<LastLayers> last;
+
+ private:
+  CommunicatorPtr comm_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  examples::Flags flags("train_mnist_model_parallel",
+                        "ChainerMN's model-parallel MNIST MLP over 2 ranks, on Fashion-MNIST (or MNIST).\n"
+                        "Run with: /usr/bin/mpiexec.mpich -n 2 train_mnist_model_parallel [flags]");
+  flags.add_int("batchsize", 100, "examples per minibatch");
+  flags.add_int("epoch", 10, "epochs to train");
+  flags.add_int("unit", 1000, "units per hidden layer");
+  flags.add_string("out", "result", "directory for the log and snapshots (rank 1 writes to <out>/rank1)");
+  flags.add_string("resume", "", "snapshot to resume from ('latest': the newest one of each rank)");
+  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
+                   "/usr/share/datasets/fashion-mnist)");
+  flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
+  flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
+  flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
+  try {
+    if (!flags.parse(argc, argv)) return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  // From here an exception on one rank aborts both (the communicator's handler).
+  auto comm = create_communicator("naive");
+  const int rank = comm->rank();
+  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), units = flags.get_int("unit");
+  const std::string form = flags.get_string("form");
+  TANDEM_CHECK(comm->size() == 2, "train_mnist_model_parallel runs on exactly 2 ranks (mpiexec.mpich -n 2), not ",
+               comm->size());
+  TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_model_parallel: --batchsize, --epoch and "
+               "--unit must be positive");
+  TANDEM_CHECK(form == "chainlist" || form == "explicit", "train_mnist_model_parallel: --form is chainlist or "
+               "explicit, not '", form, "'");
+  TANDEM_CHECK(flags.get_int("gpu") < 0, "train_mnist_model_parallel: --gpu needs the CUDA backend, which this build "
+               "does not have");
+  manual_seed(static_cast<std::uint64_t>(flags.get_int("seed")) + rank);
+
+  MnistOptions data_options;
+  data_options.dir = flags.get_string("data-dir");
+  auto [mnist_train, mnist_test] = get_mnist(data_options);
+  DatasetPtr train = mnist_train, test = mnist_test;
+  if (rank == 1) {  // rank 1 needs the number of steps, not the data
+    train = create_empty_dataset(train);
+    test = create_empty_dataset(test);
+  }
+
+  std::shared_ptr<Link> model;
+  LossFunction loss;
+  Evaluator::EvalFunction eval;
+  std::function<void()> forward_once;  // sizes the lazy layers before a snapshot loads
+  if (rank == 0) {
+    std::shared_ptr<Link> predictor;
+    if (form == "chainlist") {
+      auto chain = std::make_shared<MultiNodeChainList>(comm);
+      chain->add_link(std::make_shared<FirstLayer>(units), {}, 1);
+      chain->add_link(std::make_shared<Identity>(), 1, {});
+      predictor = chain;
+    } else {
+      predictor = std::make_shared<ExplicitRank0>(comm, units);
+    }
+    auto classifier = std::make_shared<Classifier>(predictor);
+    model = classifier;
+    loss = classifier_loss(classifier);
+    eval = classifier_eval(classifier);
+    forward_once = [classifier, train = train] {
+      const Example batch = train->get_batch({0});
+      classifier->forward(Variable(batch[0]), Variable(batch[1]));
+    };
+  } else {
+    if (form == "chainlist") {
+      auto chain = std::make_shared<MultiNodeChainList>(comm);
+      chain->add_link(std::make_shared<LastLayers>(units), 0, 0);
+      model = chain;
+    } else {
+      model = std::make_shared<ExplicitRank1>(comm, units);
+    }
+    loss = [model](const Example&) { return LossResult{model->forward_many({})[0], {}}; };
+    eval = [model](const Example&) {
+      model->forward_many({});
+      return Observation{};
+    };
+    forward_once = [model] { model->forward_many({}); };
+  }
+
+  auto optimizer = std::make_shared<Adam>();
+  optimizer->setup(model);
+  auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, rank == 0,
+                                                     static_cast<std::uint64_t>(flags.get_int("seed")));
+  auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
+  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, loss);
+  const std::string out = rank == 0 ? flags.get_string("out") : flags.get_string("out") + "/rank1";
+  Trainer trainer(updater, Trigger::epochs(epochs), out, model);
+  auto evaluator = std::make_shared<Evaluator>(test_iter, eval);
+  trainer.extend(evaluator);
+  if (rank == 0) {
+    std::printf("train_mnist_model_parallel (%s form): %lld train / %lld test examples; # unit: %lld  # minibatch: "
+                "%lld  # epoch: %lld\n",
+                form.c_str(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), units,
+                batchsize, epochs);
+    auto log = std::make_shared<LogReport>();
+    trainer.extend(log);
+    trainer.extend(std::make_shared<PrintReport>(
+        log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
+                                      "validation/main/accuracy", "elapsed_time"}));
+    trainer.extend(std::make_shared<ProgressBar>());
+  }
+  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+
+  std::string resume = flags.get_string("resume");
+  if (resume == "latest") {
+    resume = latest_snapshot(out);
+    TANDEM_CHECK(!resume.empty(), "train_mnist_model_parallel: --resume latest: no snapshot in ", out, " (rank ", rank,
+                 ")");
+  } else if (!resume.empty() && rank == 1) {
+    TANDEM_FAIL("train_mnist_model_parallel: --resume takes 'latest' (each rank resumes from its own snapshots)");
+  }
+  if (!resume.empty()) {
+    // Lazily sized layers get their shapes from one forward pass (both ranks) before loading.
+    {
+      NoGradGuard no_grad;
+      forward_once();
+    }
+    trainer.load_snapshot(resume);
+    if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
+  }
+  trainer.run();
+  const Observation final_metrics = evaluator->evaluate();  // both ranks take part
+  if (rank == 0)
+    std::printf("final test accuracy: %.4f  loss: %.4f\n", final_metrics.at("accuracy"), final_metrics.at("loss"));
+  return 0;
+}
