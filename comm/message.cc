@@ -54,6 +54,7 @@ struct WireHeader {
   std::uint32_t list_size;
   std::int32_t reduce_op;
   std::uint64_t digest;
+  std::int64_t aux;
   std::uint8_t ndim;
   std::uint8_t reserved[3];
   std::uint64_t payload_bytes;
@@ -102,6 +103,7 @@ void encode_header(const MessageHeader& header, std::vector<char>& out) {
   wire.list_size = header.list_size;
   wire.reduce_op = header.reduce_op;
   wire.digest = header.digest;
+  wire.aux = header.aux;
   wire.ndim = static_cast<std::uint8_t>(header.shape.size());
   wire.payload_bytes = header.payload_bytes;
   const std::size_t start = out.size();
@@ -145,6 +147,7 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   header.list_size = wire.list_size;
   header.reduce_op = wire.reduce_op;
   header.digest = wire.digest;
+  header.aux = wire.aux;
   header.payload_bytes = wire.payload_bytes;
   header.shape.resize(wire.ndim);
   if (wire.ndim > 0) std::memcpy(header.shape.data(), data + sizeof(WireHeader), wire.ndim * sizeof(std::int64_t));

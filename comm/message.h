@@ -70,6 +70,7 @@ struct MessageHeader {
   std::uint32_t list_size = 1;
   std::int32_t reduce_op = 0;      // allreduce: 0 sum, 1 mean
   std::uint64_t digest = 0;        // collectives: what all ranks must agree on beyond dtype and shape
+  std::int64_t aux = -1;           // collective-specific (alltoall: each piece's bytes when all are equal)
   Shape shape;                     // of the tensor this message describes (or carries)
   std::uint64_t payload_bytes = 0; // of the tensor's data, inline or in the next message
 

@@ -48,7 +48,29 @@ std::vector<Tensor> split_flat(const Tensor& flat, const std::vector<Shape>& sha
   return pieces;
 }
 
-Tensor pack(const std::vector<Tensor>& pieces, DType dtype) {
+// The pieces as one buffer, in order: a view when they already lie back to back in one
+// storage (slices of one tensor, as split produces), else a packed copy.
+struct Packed {
+  const void* data = nullptr;
+  std::shared_ptr<const void> owner;
+};
+
+Packed pack(const std::vector<Tensor>& pieces, DType dtype) {
+  const char* next = nullptr;
+  const Storage* storage = nullptr;
+  bool consecutive = true;
+  for (const Tensor& piece : pieces) {
+    if (piece.nbytes() == 0) continue;
+    const char* begin = static_cast<const char*>(piece.raw_data());
+    if (storage && (piece.storage().get() != storage || begin != next)) consecutive = false;
+    if (!storage) storage = piece.storage().get();
+    next = begin + piece.nbytes();
+  }
+  if (consecutive) {
+    for (const Tensor& piece : pieces)
+      if (piece.nbytes() > 0) return Packed{piece.raw_data(), piece.storage()};
+    return Packed{};
+  }
   std::int64_t total = 0;
   for (const Tensor& piece : pieces) total += piece.numel();
   Tensor flat({total}, dtype);
@@ -57,7 +79,7 @@ Tensor pack(const std::vector<Tensor>& pieces, DType dtype) {
     if (piece.nbytes() > 0) std::memcpy(out, piece.raw_data(), piece.nbytes());
     out += piece.nbytes();
   }
-  return flat;
+  return Packed{flat.raw_data(), flat.storage()};
 }
 
 void divide(Tensor& y, int size) {
@@ -266,12 +288,12 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
       displacements[r] = checked_int(total, "scatter");
       total += xs[r].nbytes();
     }
-    const Tensor flat = pack(xs, xs[0].dtype());
+    const Packed flat = pack(xs, xs[0].dtype());
     std::vector<MPI_Request> requests(1);
-    check_mpi(MPI_Iscatterv(flat.raw_data(), counts.data(), displacements.data(), MPI_BYTE, MPI_IN_PLACE, 0, MPI_BYTE,
-                            root, comm_, &requests[0]),
+    check_mpi(MPI_Iscatterv(flat.data, counts.data(), displacements.data(), MPI_BYTE, MPI_IN_PLACE, 0, MPI_BYTE, root,
+                            comm_, &requests[0]),
               "MPI_Iscatterv");
-    finish_collective(requests, "scatter", {flat.storage()});
+    finish_collective(requests, "scatter", {flat.owner});
     return xs[root];
   }
   const Header& mine = all[root];  // what the root sent this rank
@@ -325,8 +347,20 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
     TANDEM_CHECK(x.dtype() == xs[0].dtype(), "alltoall: rank ", rank_, "'s tensors mix dtypes (", xs[0].description(),
                  " and ", x.description(), ")");
   }
-  const std::vector<Header> all =
-      exchange_headers([&](int peer) { return collective_header(OpKind::alltoall, -1, &xs[peer]); }, false);
+  // Whether every piece of this rank has the same size: when all ranks say so (with the same
+  // size), every rank can choose MPI_Alltoall, which beats the v-variant.
+  std::int64_t uniform = static_cast<std::int64_t>(xs[0].nbytes());
+  for (const Tensor& x : xs)
+    if (static_cast<std::int64_t>(x.nbytes()) != uniform) uniform = -1;
+  const std::vector<Header> all = exchange_headers(
+      [&](int peer) {
+        Header header = collective_header(OpKind::alltoall, -1, &xs[peer]);
+        header.aux = uniform;
+        return header;
+      },
+      false);
+  bool equal = uniform >= 0 && uniform <= INT_MAX;
+  for (const Header& header : all) equal = equal && header.aux == uniform;
   std::vector<int> send_counts(size_), send_displacements(size_), recv_counts(size_), recv_displacements(size_);
   std::vector<Shape> shapes(size_);
   std::size_t send_total = 0, recv_total = 0;
@@ -343,13 +377,19 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
   }
   checked_int(send_total, "alltoall");
   checked_int(recv_total, "alltoall");
-  const Tensor send = pack(xs, xs[0].dtype());
+  const Packed send = pack(xs, xs[0].dtype());
   Tensor flat({numel}, xs[0].dtype());
   std::vector<MPI_Request> requests(1);
-  check_mpi(MPI_Ialltoallv(send.raw_data(), send_counts.data(), send_displacements.data(), MPI_BYTE, flat.raw_data(),
-                           recv_counts.data(), recv_displacements.data(), MPI_BYTE, comm_, &requests[0]),
-            "MPI_Ialltoallv");
-  finish_collective(requests, "alltoall", {send.storage(), flat.storage()});
+  if (equal) {  // every rank saw every count in the headers, so all choose the same call
+    check_mpi(MPI_Ialltoall(send.data, send_counts[0], MPI_BYTE, flat.raw_data(), send_counts[0], MPI_BYTE, comm_,
+                            &requests[0]),
+              "MPI_Ialltoall");
+  } else {
+    check_mpi(MPI_Ialltoallv(send.data, send_counts.data(), send_displacements.data(), MPI_BYTE, flat.raw_data(),
+                             recv_counts.data(), recv_displacements.data(), MPI_BYTE, comm_, &requests[0]),
+              "MPI_Ialltoallv");
+  }
+  finish_collective(requests, "alltoall", {send.owner, flat.storage()});
   return split_flat(flat, shapes);
 }
 
@@ -422,12 +462,12 @@ Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
     total += xs[r].nbytes();
   }
   checked_int(total, "reduce_scatter");
-  const Tensor send = pack(xs, xs[0].dtype());
+  const Packed send = pack(xs, xs[0].dtype());
   Tensor y(xs[rank_].shape(), xs[rank_].dtype());
   std::vector<MPI_Request> requests(1);
-  check_mpi(MPI_Ireduce_scatter(send.raw_data(), y.raw_data(), counts.data(), type, MPI_SUM, comm_, &requests[0]),
+  check_mpi(MPI_Ireduce_scatter(send.data, y.raw_data(), counts.data(), type, MPI_SUM, comm_, &requests[0]),
             "MPI_Ireduce_scatter");
-  finish_collective(requests, "reduce_scatter", {send.storage(), y.storage()});
+  finish_collective(requests, "reduce_scatter", {send.owner, y.storage()});
   return y;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cpu/block_cache.h"
 #include "core/cpu/strided_loop.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -15,19 +16,9 @@ CpuBackend& cpu_backend() {
   return backend;
 }
 
-namespace {
-// 64-byte alignment: one cache line, and the width of an AVX-512 register.
-constexpr std::size_t kAlignment = 64;
-}  // namespace
+void* CpuBackend::allocate(std::size_t nbytes, int) { return cpu::BlockCache::instance().allocate(nbytes); }
 
-void* CpuBackend::allocate(std::size_t nbytes, int) {
-  const std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* ptr = std::aligned_alloc(kAlignment, rounded);
-  TANDEM_CHECK(ptr != nullptr, "allocate: out of memory allocating ", nbytes, " bytes on cpu");
-  return ptr;
-}
-
-void CpuBackend::deallocate(void* ptr, std::size_t, int) { std::free(ptr); }
+void CpuBackend::deallocate(void* ptr, std::size_t nbytes, int) { cpu::BlockCache::instance().deallocate(ptr, nbytes); }
 
 void CpuBackend::copy_to_host(void* host_dst, const void* src, std::size_t nbytes, int) {
   std::memcpy(host_dst, src, nbytes);

@@ -1,0 +1,92 @@
+#include "core/cpu/block_cache.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace tandem::cpu {
+
+namespace {
+constexpr std::size_t kAlignment = 64;
+
+std::size_t round_up(std::size_t nbytes) {
+  // Small blocks to the cache line; large ones to 64 KB, so that sizes that differ a little
+  // (a last, shorter batch) still share blocks.
+  const std::size_t unit = nbytes >= BlockCache::kMinBytes ? std::size_t(1) << 16 : kAlignment;
+  return (nbytes + unit - 1) / unit * unit;
+}
+
+std::size_t limit_from_environment() {
+  const char* text = std::getenv("TANDEM_CPU_CACHE_MB");
+  if (!text || !*text) return std::size_t(1024) << 20;
+  char* end = nullptr;
+  const long long mb = std::strtoll(text, &end, 10);
+  TANDEM_CHECK(end && *end == '\0' && mb >= 0, "TANDEM_CPU_CACHE_MB='", text, "' is not a number of megabytes");
+  return static_cast<std::size_t>(mb) << 20;
+}
+}  // namespace
+
+struct BlockCache::Impl {
+  mutable std::mutex mutex;
+  std::multimap<std::size_t, void*> free_blocks;  // rounded size -> block
+  std::size_t cached = 0;
+  std::size_t limit = limit_from_environment();
+};
+
+BlockCache::BlockCache() : impl_(new Impl) {}
+
+BlockCache& BlockCache::instance() {
+  static BlockCache* cache = new BlockCache;  // outlives every tensor
+  return *cache;
+}
+
+void* BlockCache::allocate(std::size_t nbytes) {
+  const std::size_t rounded = round_up(nbytes);
+  if (rounded >= kMinBytes) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    auto it = impl_->free_blocks.find(rounded);
+    if (it != impl_->free_blocks.end()) {
+      void* block = it->second;
+      impl_->free_blocks.erase(it);
+      impl_->cached -= rounded;
+      return block;
+    }
+  }
+  void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (!ptr && rounded >= kMinBytes) {
+    clear();  // memory is short: give the cache back and try once more
+    ptr = std::aligned_alloc(kAlignment, rounded);
+  }
+  TANDEM_CHECK(ptr != nullptr, "allocate: out of memory allocating ", nbytes, " bytes on cpu");
+  return ptr;
+}
+
+void BlockCache::deallocate(void* ptr, std::size_t nbytes) {
+  if (!ptr) return;
+  const std::size_t rounded = round_up(nbytes);
+  if (rounded >= kMinBytes) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->cached + rounded <= impl_->limit) {
+      impl_->free_blocks.emplace(rounded, ptr);
+      impl_->cached += rounded;
+      return;
+    }
+  }
+  std::free(ptr);
+}
+
+void BlockCache::clear() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (auto& entry : impl_->free_blocks) std::free(entry.second);
+  impl_->free_blocks.clear();
+  impl_->cached = 0;
+}
+
+std::size_t BlockCache::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->cached;
+}
+
+}  // namespace tandem::cpu

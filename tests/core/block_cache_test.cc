@@ -1,0 +1,42 @@
+// The CPU block cache: large blocks come back for the same size; small ones are not kept.
+#include <catch2/catch.hpp>
+
+#include "core/cpu/block_cache.h"
+#include "core/tensor.h"
+
+using tandem::cpu::BlockCache;
+
+TEST_CASE("large blocks are reused for the same rounded size, small ones are not cached") {
+  BlockCache& cache = BlockCache::instance();
+  cache.clear();
+  void* a = cache.allocate(3 << 20);
+  cache.deallocate(a, 3 << 20);
+  REQUIRE(cache.cached_bytes() == (3u << 20));
+  void* b = cache.allocate((3 << 20) - 100);  // rounds to the same 64 KB multiple
+  REQUIRE(b == a);
+  REQUIRE(cache.cached_bytes() == 0);
+  void* c = cache.allocate(5 << 20);  // another size: a new block
+  REQUIRE(c != a);
+  cache.deallocate(b, 3 << 20);
+  cache.deallocate(c, 5 << 20);
+  REQUIRE(cache.cached_bytes() == (8u << 20));
+
+  void* small = cache.allocate(1000);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(small) % 64 == 0);
+  cache.deallocate(small, 1000);
+  REQUIRE(cache.cached_bytes() == (8u << 20));
+  cache.clear();
+  REQUIRE(cache.cached_bytes() == 0);
+}
+
+TEST_CASE("tensors allocate through the cache and read back what they hold") {
+  BlockCache::instance().clear();
+  const void* first = nullptr;
+  {
+    tandem::Tensor t = tandem::full({1 << 19}, 2.0);  // 2 MB
+    first = t.raw_data();
+  }
+  tandem::Tensor u = tandem::full({1 << 19}, 3.0);
+  REQUIRE(u.raw_data() == first);
+  REQUIRE(u.to_vector<float>()[12345] == 3.0f);
+}
