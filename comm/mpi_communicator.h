@@ -86,6 +86,11 @@ class MpiCommunicator final : public Communicator {
   // Called now and then while waiting on a peer: throws when the wait can never end.
   void diagnose_wait(const WaitContext& context, double waited_seconds);
   [[noreturn]] void fail_timeout(const WaitContext& context, double waited_seconds);
+  // Whether the peer announced the end of its program (mpi_env.h).
+  bool peer_finished(int peer);
+  // The oldest collective header from the peer that no collective here has taken yet
+  // (receiving one if it has arrived), or null.
+  const Header* early_collective_header(int peer);
   std::string pending_from(int peer);
 
   // --- point to point (mpi_point_to_point.cc) -----------------------------------------------

@@ -110,57 +110,15 @@ void MpiCommunicator::reap_orphans() {
   }
 }
 
-void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_seconds) {
-  if (context.data_phase >= 0) {
-    // Every rank passed this collective's header exchange; a peer that has since entered a
-    // later collective gave this one up (its wait failed) and will never complete it.
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      int found = 0;
-      MPI_Message message;
-      MPI_Status status;
-      check_mpi(MPI_Improbe(peer, kCollectiveTag, comm_, &found, &message, &status), "MPI_Improbe");
-      if (found) {
-        int count = 0;
-        MPI_Get_count(&status, MPI_BYTE, &count);
-        std::vector<char> bytes(static_cast<std::size_t>(count));
-        check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-        early_collective_headers_[peer].push_back(comm_detail::decode_header(bytes.data(), bytes.size(), peer).header);
-      }
-      // A peer may well have finished its part and moved on; only one whose next header says
-      // it gave this collective up will never complete it.
-      auto early = early_collective_headers_.find(peer);
-      if (early != early_collective_headers_.end() && !early->second.empty() &&
-          early->second.front().has_flag(comm_detail::kFlagAbandoned)) {
-        TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
-                    " gave it up (its wait failed) and has entered ", early->second.front().describe());
-      }
-      int finished = 0;
-      check_mpi(MPI_Iprobe(world_rank_of_[peer], comm_detail::kFinishedTag, comm_detail::control_comm(), &finished,
-                           MPI_STATUS_IGNORE),
-                "MPI_Iprobe");
-      if (finished && waited_seconds >= 0.05) {
-        TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
-                    " has finished (reached MPI_Finalize)");
-      }
-    }
-    return;
-  }
-  const int peer = context.peer;
-  // Has the peer finished?
+bool MpiCommunicator::peer_finished(int peer) {
   int finished = 0;
   check_mpi(MPI_Iprobe(world_rank_of_[peer], comm_detail::kFinishedTag, comm_detail::control_comm(), &finished,
                        MPI_STATUS_IGNORE),
             "MPI_Iprobe");
-  if (finished) {
-    // Its last messages may still be in flight on this communicator: give them a moment.
-    if (waited_seconds < 0.05) return;
-    TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer,
-                ", but rank ", peer, " has finished (reached MPI_Finalize) without sending it; ",
-                "the ranks' programs do not communicate in matching ways");
-  }
-  if (context.in_collective) return;
-  // Has the peer entered a collective this rank has not?
+  return finished != 0;
+}
+
+const MpiCommunicator::Header* MpiCommunicator::early_collective_header(int peer) {
   int found = 0;
   MPI_Message message;
   MPI_Status status;
@@ -170,13 +128,46 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
     MPI_Get_count(&status, MPI_BYTE, &count);
     std::vector<char> bytes(static_cast<std::size_t>(count));
     check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-    // Kept for the collective this rank may still call (after catching this error).
+    // Kept for the collective this rank may still call (exchange_headers takes it from here).
     early_collective_headers_[peer].push_back(comm_detail::decode_header(bytes.data(), bytes.size(), peer).header);
   }
   auto early = early_collective_headers_.find(peer);
-  if (early != early_collective_headers_.end() && !early->second.empty()) {
+  return early == early_collective_headers_.end() || early->second.empty() ? nullptr : &early->second.front();
+}
+
+void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_seconds) {
+  // A finished peer's last messages may still be in flight on this communicator: a moment's
+  // grace before concluding that it left without them.
+  const bool grace_over = waited_seconds >= 0.05;
+  if (context.data_phase >= 0) {
+    // Every rank passed this collective's header exchange. A peer may well have finished its
+    // part and moved on; only one whose next header says it gave this collective up (or that
+    // has finished) will never complete it.
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      const Header* next = early_collective_header(peer);
+      if (next && next->has_flag(comm_detail::kFlagAbandoned)) {
+        TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
+                    " gave it up (its wait failed) and has entered ", next->describe());
+      }
+      if (grace_over && peer_finished(peer)) {
+        TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
+                    " has finished (reached MPI_Finalize)");
+      }
+    }
+    return;
+  }
+  const int peer = context.peer;
+  if (grace_over && peer_finished(peer)) {
     TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer, ", but rank ", peer,
-                " has entered ", early->second.front().describe(), ", which rank ", rank_,
+                " has finished (reached MPI_Finalize) without sending it; the ranks' programs do not communicate "
+                "in matching ways");
+  }
+  if (context.in_collective) return;
+  // Has the peer entered a collective this rank has not?
+  if (const Header* entered = early_collective_header(peer)) {
+    TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer, ", but rank ", peer,
+                " has entered ", entered->describe(), ", which rank ", rank_,
                 " has not: the ranks call communication operations in different orders (a certain deadlock)");
   }
 }
