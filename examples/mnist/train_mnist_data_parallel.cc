@@ -1,0 +1,121 @@
+// ChainerMN's data-parallel MNIST MLP on any number of ranks, on Fashion-MNIST (or MNIST):
+// every rank holds the whole model (784-unit-unit-10), trains on its own share of the data
+// (scatter_dataset), and the multi-node optimizer averages the gradients over the ranks each
+// step (one packed allreduce) after broadcasting rank 0's initial weights; the multi-node
+// evaluator averages the test metrics. --batchsize is per rank.
+//
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --epoch 10
+#include <cstdio>
+
+#include "autograd/functions.h"
+#include "comm/data/data.h"
+#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/training/multi_node_evaluator.h"
+#include "data/data.h"
+#include "examples/common/flags.h"
+#include "layers/links/classifier.h"
+#include "layers/links/linear.h"
+#include "layers/optimizers/adam.h"
+#include "training/extensions/evaluator.h"
+#include "training/extensions/reporting.h"
+#include "training/trainer.h"
+
+using namespace tandem;
+
+namespace {
+
+class MLP : public Chain {
+ public:
+  MLP(std::int64_t units, std::int64_t out) {
+    l1 = add_link("l1", std::make_shared<Linear>(-1, units));
+    l2 = add_link("l2", std::make_shared<Linear>(-1, units));
+    l3 = add_link("l3", std::make_shared<Linear>(-1, out));
+  }
+  Variable forward(const Variable& x) override { return (*l3)(F::relu((*l2)(F::relu((*l1)(x))))); }
+  std::shared_ptr<Linear> l1, l2, l3;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  examples::Flags flags("train_mnist_data_parallel",
+                        "ChainerMN's data-parallel MNIST MLP on any number of ranks, on Fashion-MNIST (or MNIST).\n"
+                        "Run with: /usr/bin/mpiexec.mpich -n N train_mnist_data_parallel [flags]");
+  flags.add_int("batchsize", 100, "examples per minibatch on each rank");
+  flags.add_int("epoch", 10, "epochs to train");
+  flags.add_int("unit", 1000, "units per hidden layer");
+  flags.add_string("out", "result", "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)");
+  flags.add_string("resume", "", "'latest': continue from each rank's newest snapshot");
+  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
+                   "/usr/share/datasets/fashion-mnist)");
+  flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
+  flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
+  try {
+    if (!flags.parse(argc, argv)) return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  // From here an exception on one rank aborts them all (the communicator's handler).
+  auto comm = create_communicator("naive");
+  const int rank = comm->rank();
+  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), units = flags.get_int("unit");
+  TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_data_parallel: --batchsize, --epoch and --unit "
+               "must be positive");
+  TANDEM_CHECK(flags.get_int("gpu") < 0, "train_mnist_data_parallel: --gpu needs the CUDA backend, which this build "
+               "does not have");
+  const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
+  manual_seed(seed + rank);  // different initial weights: the first update broadcasts rank 0's
+
+  MnistOptions data_options;
+  data_options.dir = flags.get_string("data-dir");
+  auto [mnist_train, mnist_test] = get_mnist(data_options);
+  DatasetPtr train = scatter_dataset(mnist_train, *comm, 0, /*shuffle=*/true, seed);
+  DatasetPtr test = scatter_dataset(mnist_test, *comm, 0, /*shuffle=*/true, seed);
+
+  auto model = std::make_shared<Classifier>(std::make_shared<MLP>(units, 10));
+  auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), comm);
+  optimizer->setup(model);
+  auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
+  auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
+  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, classifier_loss(model));
+  const std::string out =
+      rank == 0 ? flags.get_string("out") : flags.get_string("out") + "/rank" + std::to_string(rank);
+  Trainer trainer(updater, Trigger::epochs(epochs), out, model);
+  auto evaluator = create_multi_node_evaluator(std::make_shared<Evaluator>(test_iter, classifier_eval(model)), comm);
+  trainer.extend(evaluator);
+  if (rank == 0) {
+    std::printf("train_mnist_data_parallel: %d ranks, %lld train / %lld test examples per rank; # unit: %lld  "
+                "# minibatch: %lld per rank  # epoch: %lld\n",
+                comm->size(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), units,
+                batchsize, epochs);
+    auto log = std::make_shared<LogReport>();
+    trainer.extend(log);
+    trainer.extend(std::make_shared<PrintReport>(
+        log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
+                                      "validation/main/accuracy", "elapsed_time"}));
+    trainer.extend(std::make_shared<ProgressBar>());
+  }
+  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+
+  const std::string resume = flags.get_string("resume");
+  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_data_parallel: --resume takes 'latest' (each rank "
+               "resumes from its own snapshots)");
+  if (resume == "latest") {
+    const std::string path = latest_snapshot(out);
+    TANDEM_CHECK(!path.empty(), "train_mnist_data_parallel: --resume latest: no snapshot in ", out, " (rank ", rank,
+                 ")");
+    {
+      NoGradGuard no_grad;  // sizes the lazy layers before the weights load
+      const Example batch = train->get_batch({0});
+      model->forward(Variable(batch[0]), Variable(batch[1]));
+    }
+    trainer.load_snapshot(path);
+    if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
+  }
+  trainer.run();
+  const Observation final_metrics = evaluator->evaluate();
+  if (rank == 0)
+    std::printf("final test accuracy: %.4f  loss: %.4f\n", final_metrics.at("accuracy"), final_metrics.at("loss"));
+  return 0;
+}
