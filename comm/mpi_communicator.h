@@ -77,6 +77,8 @@ class MpiCommunicator final : public Communicator {
   // Waits for a message from (source, tag) and receives it whole (its first part, when the
   // payload follows separately).
   std::vector<char> receive_message_bytes(int source, int tag, const WaitContext& context);
+  // Receives a whole message from (source, tag) into bytes if one has arrived; no waiting.
+  bool try_receive(int source, int tag, std::vector<char>& bytes);
   // Completes requests, diagnosing and timing out as receive_message_bytes does. When the wait
   // fails, the requests still in flight and their buffers (keep_alive) are set aside and
   // completed later, so MPI never touches freed memory.

@@ -58,20 +58,24 @@ class Poller {
 
 }  // namespace
 
+bool MpiCommunicator::try_receive(int source, int tag, std::vector<char>& bytes) {
+  int found = 0;
+  MPI_Message message;
+  MPI_Status status;
+  check_mpi(MPI_Improbe(source, tag, comm_, &found, &message, &status), "MPI_Improbe");
+  if (!found) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  bytes.resize(static_cast<std::size_t>(count));
+  check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  return true;
+}
+
 std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, const WaitContext& context) {
   Poller poller(timeout_seconds_);
   for (;;) {
-    int found = 0;
-    MPI_Message message;
-    MPI_Status status;
-    check_mpi(MPI_Improbe(source, tag, comm_, &found, &message, &status), "MPI_Improbe");
-    if (found) {
-      int count = 0;
-      MPI_Get_count(&status, MPI_BYTE, &count);
-      std::vector<char> bytes(static_cast<std::size_t>(count));
-      check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
-      return bytes;
-    }
+    std::vector<char> bytes;
+    if (try_receive(source, tag, bytes)) return bytes;
     if (poller.idle()) {
       if (poller.timed_out()) fail_timeout(context, poller.waited());
       // The wanted message may be in flight behind the evidence of a deadlock; look once more
@@ -119,15 +123,8 @@ bool MpiCommunicator::peer_finished(int peer) {
 }
 
 const MpiCommunicator::Header* MpiCommunicator::early_collective_header(int peer) {
-  int found = 0;
-  MPI_Message message;
-  MPI_Status status;
-  check_mpi(MPI_Improbe(peer, kCollectiveTag, comm_, &found, &message, &status), "MPI_Improbe");
-  if (found) {
-    int count = 0;
-    MPI_Get_count(&status, MPI_BYTE, &count);
-    std::vector<char> bytes(static_cast<std::size_t>(count));
-    check_mpi(MPI_Mrecv(bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+  std::vector<char> bytes;
+  if (try_receive(peer, kCollectiveTag, bytes)) {
     // Kept for the collective this rank may still call (exchange_headers takes it from here).
     early_collective_headers_[peer].push_back(comm_detail::decode_header(bytes.data(), bytes.size(), peer).header);
   }

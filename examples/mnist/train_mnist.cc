@@ -9,6 +9,7 @@
 #include "autograd/functions.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
+#include "examples/mnist/mnist_common.h"
 #include "layers/links/classifier.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
@@ -18,40 +19,12 @@
 
 using namespace tandem;
 
-namespace {
-
-class MLP : public Chain {
- public:
-  MLP(std::int64_t units, std::int64_t out) {
-    l1_ = add_link("l1", std::make_shared<Linear>(-1, units));
-    l2_ = add_link("l2", std::make_shared<Linear>(-1, units));
-    l3_ = add_link("l3", std::make_shared<Linear>(-1, out));
-  }
-  std::string type_name() const override { return "MLP"; }
-  Variable forward(const Variable& x) override {
-    const Variable h1 = F::relu((*l1_)(x));
-    const Variable h2 = F::relu((*l2_)(h1));
-    return (*l3_)(h2);
-  }
-
- private:
-  std::shared_ptr<Linear> l1_, l2_, l3_;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   try {
     examples::Flags flags("train_mnist", "Chainer's MNIST MLP on Fashion-MNIST (or MNIST).");
-    flags.add_int("batchsize", 100, "examples per minibatch");
-    flags.add_int("epoch", 10, "epochs to train");
-    flags.add_int("unit", 1000, "units per hidden layer");
-    flags.add_string("out", "result", "directory for the log and snapshots");
-    flags.add_string("resume", "", "snapshot to resume from ('latest': the newest one in --out)");
-    flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
-                     "/usr/share/datasets/fashion-mnist)");
+    examples::add_training_flags(flags, "examples per minibatch", "directory for the log and snapshots",
+                                 "snapshot to resume from ('latest': the newest one in --out)");
     flags.add_int("frequency", 1, "snapshot every this many epochs");
-    flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
     if (!flags.parse(argc, argv)) return 0;
     const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch");
     const long long units = flags.get_int("unit"), frequency = flags.get_int("frequency");
@@ -67,7 +40,7 @@ int main(int argc, char** argv) {
                 data_options.dir.empty() ? default_mnist_dir().c_str() : data_options.dir.c_str());
     std::printf("# unit: %lld  # minibatch: %lld  # epoch: %lld\n", units, batchsize, epochs);
 
-    auto model = std::make_shared<Classifier>(std::make_shared<MLP>(units, 10));
+    auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
     auto optimizer = std::make_shared<Adam>();
     optimizer->setup(model);
     auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true,
@@ -77,12 +50,7 @@ int main(int argc, char** argv) {
     auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, classifier_loss(model));
     Trainer trainer(updater, Trigger::epochs(epochs), flags.get_string("out"), model);
     trainer.extend(std::make_shared<Evaluator>(test_iter, classifier_eval(model)));
-    auto log = std::make_shared<LogReport>();
-    trainer.extend(log);
-    trainer.extend(std::make_shared<PrintReport>(
-        log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
-                                      "validation/main/accuracy", "elapsed_time"}));
-    trainer.extend(std::make_shared<ProgressBar>());
+    examples::extend_with_report(trainer);
     trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(frequency));
 
     std::string resume = flags.get_string("resume");

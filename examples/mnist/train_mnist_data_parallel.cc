@@ -13,6 +13,7 @@
 #include "comm/training/multi_node_evaluator.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
+#include "examples/mnist/mnist_common.h"
 #include "layers/links/classifier.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
@@ -22,34 +23,14 @@
 
 using namespace tandem;
 
-namespace {
-
-class MLP : public Chain {
- public:
-  MLP(std::int64_t units, std::int64_t out) {
-    l1 = add_link("l1", std::make_shared<Linear>(-1, units));
-    l2 = add_link("l2", std::make_shared<Linear>(-1, units));
-    l3 = add_link("l3", std::make_shared<Linear>(-1, out));
-  }
-  Variable forward(const Variable& x) override { return (*l3)(F::relu((*l2)(F::relu((*l1)(x))))); }
-  std::shared_ptr<Linear> l1, l2, l3;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   examples::Flags flags("train_mnist_data_parallel",
                         "ChainerMN's data-parallel MNIST MLP on any number of ranks, on Fashion-MNIST (or MNIST).\n"
                         "Run with: /usr/bin/mpiexec.mpich -n N train_mnist_data_parallel [flags]");
-  flags.add_int("batchsize", 100, "examples per minibatch on each rank");
-  flags.add_int("epoch", 10, "epochs to train");
-  flags.add_int("unit", 1000, "units per hidden layer");
-  flags.add_string("out", "result", "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)");
-  flags.add_string("resume", "", "'latest': continue from each rank's newest snapshot");
-  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
-                   "/usr/share/datasets/fashion-mnist)");
+  examples::add_training_flags(flags, "examples per minibatch on each rank",
+                               "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
+                               "'latest': continue from each rank's newest snapshot");
   flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
-  flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
   try {
     if (!flags.parse(argc, argv)) return 0;
   } catch (const std::exception& e) {
@@ -73,7 +54,7 @@ int main(int argc, char** argv) {
   DatasetPtr train = scatter_dataset(mnist_train, *comm, 0, /*shuffle=*/true, seed);
   DatasetPtr test = scatter_dataset(mnist_test, *comm, 0, /*shuffle=*/true, seed);
 
-  auto model = std::make_shared<Classifier>(std::make_shared<MLP>(units, 10));
+  auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
   auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), comm);
   optimizer->setup(model);
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
@@ -89,12 +70,7 @@ int main(int argc, char** argv) {
                 "# minibatch: %lld per rank  # epoch: %lld\n",
                 comm->size(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), units,
                 batchsize, epochs);
-    auto log = std::make_shared<LogReport>();
-    trainer.extend(log);
-    trainer.extend(std::make_shared<PrintReport>(
-        log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
-                                      "validation/main/accuracy", "elapsed_time"}));
-    trainer.extend(std::make_shared<ProgressBar>());
+    examples::extend_with_report(trainer);
   }
   trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
 

@@ -15,6 +15,7 @@
 #include "comm/links/multi_node_chain_list.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
+#include "examples/mnist/mnist_common.h"
 #include "layers/links/classifier.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
@@ -88,16 +89,11 @@ int main(int argc, char** argv) {
   examples::Flags flags("train_mnist_model_parallel",
                         "ChainerMN's model-parallel MNIST MLP over 2 ranks, on Fashion-MNIST (or MNIST).\n"
                         "Run with: /usr/bin/mpiexec.mpich -n 2 train_mnist_model_parallel [flags]");
-  flags.add_int("batchsize", 100, "examples per minibatch");
-  flags.add_int("epoch", 10, "epochs to train");
-  flags.add_int("unit", 1000, "units per hidden layer");
-  flags.add_string("out", "result", "directory for the log and snapshots (rank 1 writes to <out>/rank1)");
-  flags.add_string("resume", "", "snapshot to resume from ('latest': the newest one of each rank)");
-  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
-                   "/usr/share/datasets/fashion-mnist)");
+  examples::add_training_flags(flags, "examples per minibatch",
+                               "directory for the log and snapshots (rank 1 writes to <out>/rank1)",
+                               "snapshot to resume from ('latest': the newest one of each rank)");
   flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
   flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
-  flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
   try {
     if (!flags.parse(argc, argv)) return 0;
   } catch (const std::exception& e) {
@@ -181,12 +177,7 @@ int main(int argc, char** argv) {
                 "%lld  # epoch: %lld\n",
                 form.c_str(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), units,
                 batchsize, epochs);
-    auto log = std::make_shared<LogReport>();
-    trainer.extend(log);
-    trainer.extend(std::make_shared<PrintReport>(
-        log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
-                                      "validation/main/accuracy", "elapsed_time"}));
-    trainer.extend(std::make_shared<ProgressBar>());
+    examples::extend_with_report(trainer);
   }
   trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
 

@@ -1,0 +1,40 @@
+#include "examples/mnist/mnist_common.h"
+
+#include "training/extensions/reporting.h"
+
+namespace tandem::examples {
+
+MLP::MLP(std::int64_t units, std::int64_t out) {
+  l1_ = add_link("l1", std::make_shared<Linear>(-1, units));
+  l2_ = add_link("l2", std::make_shared<Linear>(-1, units));
+  l3_ = add_link("l3", std::make_shared<Linear>(-1, out));
+}
+
+Variable MLP::forward(const Variable& x) {
+  const Variable h1 = F::relu((*l1_)(x));
+  const Variable h2 = F::relu((*l2_)(h1));
+  return (*l3_)(h2);
+}
+
+void add_training_flags(Flags& flags, const std::string& batchsize_help, const std::string& out_help,
+                        const std::string& resume_help) {
+  flags.add_int("batchsize", 100, batchsize_help);
+  flags.add_int("epoch", 10, "epochs to train");
+  flags.add_int("unit", 1000, "units per hidden layer");
+  flags.add_string("out", "result", out_help);
+  flags.add_string("resume", "", resume_help);
+  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
+                   "/usr/share/datasets/fashion-mnist)");
+  flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
+}
+
+void extend_with_report(Trainer& trainer) {
+  auto log = std::make_shared<LogReport>();
+  trainer.extend(log);
+  trainer.extend(std::make_shared<PrintReport>(
+      log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
+                                    "validation/main/accuracy", "elapsed_time"}));
+  trainer.extend(std::make_shared<ProgressBar>());
+}
+
+}  // namespace tandem::examples
