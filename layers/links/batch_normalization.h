@@ -17,7 +17,7 @@ class BatchNormalization : public Link {
   Variable& gamma() { return param("gamma"); }
   Variable& beta() { return param("beta"); }
 
- private:
+ protected:
   double decay_, eps_;
 };
 

@@ -1,0 +1,124 @@
+#include "comm/functions/multi_node_batch_normalization.h"
+
+#include <algorithm>
+
+#include "autograd/function_node.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace tandem::functions {
+
+namespace {
+
+constexpr const char* kOp = "multi_node_batch_normalization";
+
+void check_channel(const Tensor& t, const Tensor& x, const char* what, int rank) {
+  TANDEM_CHECK(t.dtype() == x.dtype() && t.device() == x.device() && t.dim() == 1 && t.size(0) == x.size(1), kOp,
+               ": rank ", rank, ": ", what, " ", t.description(), " must be [C] = [", x.size(1), "] like x ",
+               x.description());
+}
+
+class MultiNodeBatchNormalization final : public FunctionNode {
+ public:
+  MultiNodeBatchNormalization(Communicator& comm, double eps, Tensor* running_mean, Tensor* running_var, double decay)
+      : comm_(comm.shared_from_this()),
+        eps_(eps),
+        running_mean_(running_mean),
+        running_var_(running_var),
+        decay_(decay) {}
+  std::string name() const override { return kOp; }
+  // Once recorded, every rank must take part in the backward allreduce.
+  bool always_run_backward() const override { return true; }
+
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    const Tensor& x = in[0];
+    const int rank = comm_->rank();
+    TANDEM_CHECK(is_floating(x.dtype()) && x.dim() >= 2, kOp, ": rank ", rank,
+                 ": x must be floating [N, C] or [N, C, ...], got ", x.description());
+    check_channel(in[1], x, "gamma", rank);
+    check_channel(in[2], x, "beta", rank);
+    if (running_mean_) check_channel(*running_mean_, x, "running_mean", rank);
+    if (running_var_) check_channel(*running_var_, x, "running_var", rank);
+
+    // One allreduce of [count, sum x (C), sum x^2 (C)] in double. The local sums come from the
+    // local two-pass mean and variance, so the subtraction below loses only double rounding.
+    const std::int64_t channels = x.size(1);
+    const std::int64_t local_count = channels == 0 ? 0 : x.numel() / channels;
+    Tensor sums = zeros({2 * channels + 1}, DType::f64);
+    sums.data<double>()[0] = static_cast<double>(local_count);
+    if (local_count > 0) {
+      auto [local_mean, local_var] = batch_norm_statistics(x);
+      const Tensor mean64 = local_mean.to(DType::f64), var64 = local_var.to(DType::f64);
+      const Tensor s1 = mul(mean64, static_cast<double>(local_count));
+      const Tensor s2 = mul(add(var64, square(mean64)), static_cast<double>(local_count));
+      sums = concat({sums.slice_rows(0, 1), s1, s2}, 0);
+    }
+    const Tensor global = comm_->allreduce(sums, AllreduceOp::sum);
+    count_ = global.data<double>()[0];
+    TANDEM_CHECK(count_ > 0, kOp, ": the global batch is empty on all ", comm_->size(), " ranks (x on rank ", rank,
+                 ": ", x.description(), ")");
+    const Tensor mean64 = div(global.slice_rows(1, 1 + channels), count_);
+    const Tensor var64 = maximum(sub(div(global.slice_rows(1 + channels, 1 + 2 * channels), count_), square(mean64)), 0.0);
+    const Tensor mean = mean64.to(x.dtype()), var = var64.to(x.dtype());
+
+    const Tensor invstd = rdiv(1.0, sqrt(add(var, eps_)));
+    const Tensor scale = mul(in[1], invstd);
+    Tensor y = channel_affine(x, scale, sub(in[2], mul(mean, scale)));
+    if (running_mean_) running_mean_->copy_(add(mul(*running_mean_, decay_), mul(mean, 1 - decay_)));
+    if (running_var_) {
+      const double adjust = count_ / std::max(count_ - 1, 1.0);
+      running_var_->copy_(add(mul(*running_var_, decay_), mul(var, (1 - decay_) * adjust)));
+    }
+    save_for_backward({x, in[1], mean, invstd});
+    return {y};
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    const Tensor& gy = grads[0];
+    const Tensor& x = saved()[0];
+    const Tensor& gamma = saved()[1];
+    const Tensor& mean = saved()[2];
+    const Tensor& invstd = saved()[3];
+    const std::int64_t channels = x.size(1);
+    const auto [sum_gy, sum_gy_xmu] = batch_norm_backward_sums(gy, x, mean);
+    Tensor gx;
+    if (needs_input_grad(0)) {
+      // As in batch_normalization, with the sums and the count over the global batch:
+      // gx = gamma * invstd * (gy - mean(gy) - xhat * mean(gy * xhat)) = gy * k1 + x * k2 + k3.
+      CommBackwardScope scope;
+      const Tensor global = comm_->allreduce(concat({sum_gy, sum_gy_xmu}, 0), AllreduceOp::sum);
+      const Tensor global_gy = global.slice_rows(0, channels), global_gy_xmu = global.slice_rows(channels, 2 * channels);
+      const double inv_m = 1.0 / count_;
+      const Tensor k1 = mul(gamma, invstd);
+      const Tensor k2 = mul(mul(k1, square(invstd)), mul(global_gy_xmu, -inv_m));
+      const Tensor k3 = sub(mul(mul(k1, global_gy), -inv_m), mul(mean, k2));
+      gx = channel_affine(gy, k1, x, k2, k3);
+    }
+    Tensor ggamma, gbeta;
+    if (needs_input_grad(1)) ggamma = mul(sum_gy_xmu, invstd);
+    if (needs_input_grad(2)) gbeta = sum_gy;
+    return {gx, ggamma, gbeta};
+  }
+
+ private:
+  CommunicatorPtr comm_;
+  double eps_;
+  Tensor* running_mean_;
+  Tensor* running_var_;
+  double decay_;
+  double count_ = 0;
+};
+
+}  // namespace
+
+Variable multi_node_batch_normalization(Communicator& comm, const Variable& x, const Variable& gamma,
+                                        const Variable& beta, double eps, Tensor* running_mean, Tensor* running_var,
+                                        double decay) {
+  TANDEM_CHECK(x.defined() && gamma.defined() && beta.defined(), kOp, ": rank ", comm.rank(),
+               " passed an undefined variable");
+  TANDEM_CHECK(eps > 0 && decay >= 0 && decay <= 1, kOp, ": eps must be positive and decay in [0, 1], got eps ", eps,
+               ", decay ", decay);
+  return call<MultiNodeBatchNormalization>({x, gamma, beta}, comm, eps, running_mean, running_var, decay)[0];
+}
+
+}  // namespace tandem::functions
