@@ -136,6 +136,8 @@ using CommunicatorPtr = std::shared_ptr<Communicator>;
 // A communicator over MPI_COMM_WORLD (MPI is initialised on first use and finalised at exit).
 // To wrap an existing MPI communicator, see comm/mpi_communicator.h.
 // Names: "naive" (MPI, CPU tensors). An unknown name is an error listing the valid ones.
+// Unless OMP_NUM_THREADS is set, it also divides the host's cores among the ranks on the host
+// (core/threads.h): each rank's CPU kernels then use cores / intra_size() threads.
 CommunicatorPtr create_communicator(const std::string& name = "naive");
 
 // Marks the scope of a differentiable function's backward, so that the messages it sends say so

@@ -32,10 +32,11 @@ class GatherFromParallelRegion final : public FunctionNode {
   std::string name() const override { return "gather_from_parallel_region"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor& y = in[0];
-    TANDEM_CHECK(y.dim() > 0, "gather_from_parallel_region: rank ", comm_->rank(), ": y must have an axis ", axis_,
+    const auto dims = static_cast<std::int64_t>(y.dim());
+    TANDEM_CHECK(dims > 0, "gather_from_parallel_region: rank ", comm_->rank(), ": y must have an axis ", axis_,
                  ", got ", y.description());
-    axis_ = axis_ < 0 ? axis_ + y.dim() : axis_;
-    TANDEM_CHECK(axis_ >= 0 && axis_ < y.dim(), "gather_from_parallel_region: rank ", comm_->rank(), ": axis ", axis_,
+    axis_ = axis_ < 0 ? axis_ + dims : axis_;
+    TANDEM_CHECK(axis_ >= 0 && axis_ < dims, "gather_from_parallel_region: rank ", comm_->rank(), ": axis ", axis_,
                  " out of range for y ", y.description());
     const std::vector<Tensor> shares = comm_->allgather(y);
     // The shares must agree on every other axis; say which rank differs before concat would.
@@ -43,7 +44,7 @@ class GatherFromParallelRegion final : public FunctionNode {
     for (int r = 0; r < static_cast<int>(shares.size()); ++r) {
       const Tensor& s = shares[r];
       bool same = s.dim() == y.dim() && s.dtype() == y.dtype();
-      for (std::int64_t d = 0; same && d < y.dim(); ++d) same = d == axis_ || s.size(d) == y.size(d);
+      for (std::int64_t d = 0; same && d < dims; ++d) same = d == axis_ || s.size(d) == y.size(d);
       TANDEM_CHECK(same, "gather_from_parallel_region: rank ", r, "'s share ", s.description(),
                    " does not match rank ", comm_->rank(), "'s ", y.description(), " except along axis ", axis_);
       if (r < comm_->rank()) begin_ += s.size(axis_);

@@ -4,10 +4,32 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace tandem {
 
 namespace {
+
+// FNV-1a over every parameter's bytes: equal on two ranks when their replicas are equal.
+std::uint64_t values_digest(const Link& target) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& [name, param] : target.namedparams()) {
+    const Tensor host = param.data().to(Device::cpu());
+    const auto* bytes = static_cast<const unsigned char*>(host.raw_data());
+    for (std::int64_t i = 0, n = host.numel() * static_cast<std::int64_t>(dtype_size(host.dtype())); i < n; ++i)
+      h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Whether every rank's replica is already equal to every other's (one tiny allgather).
+bool replicas_equal(Communicator& comm, const Link& target) {
+  const std::vector<Tensor> digests =
+      comm.allgather(from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(values_digest(target))}));
+  for (const Tensor& d : digests)
+    if (d.to_vector<std::int64_t>() != digests[0].to_vector<std::int64_t>()) return false;
+  return true;
+}
 
 class MultiNodeGradientSync final : public GradientSync {
  public:
@@ -17,9 +39,13 @@ class MultiNodeGradientSync final : public GradientSync {
     std::vector<std::pair<std::string, Shape>> now;
     for (const auto& [name, param] : target.namedparams()) now.emplace_back(name, param.shape());
     if (now != known_) {
-      comm_->bcast_data(target);
       known_ = std::move(now);
-      return false;
+      // Replicas that already agree (the same seed, or resumed from the same snapshot) need no
+      // broadcast, and their gradients are valid: go on to update, so a resumed run loses no step.
+      if (!replicas_equal(*comm_, target)) {
+        comm_->bcast_data(target);
+        return false;
+      }
     }
     comm_->multi_node_mean_grad(target, zero_fill_);
     return true;

@@ -1,11 +1,13 @@
 // Data parallelism for any optimizer (chainermn.create_multi_node_optimizer).
 //
-// The returned optimizer is the one passed in, with a gradient sync installed: its first
-// update broadcasts rank 0's parameters to every rank instead of updating (so all replicas
-// start equal), and so does any later update whose parameter set changed (a lazily sized
-// layer appeared); every other update first averages the gradients over the ranks with one
-// packed allreduce (Communicator::multi_node_mean_grad), then runs the hooks and the update
-// rule as usual. With zero_fill, a parameter without a gradient on some rank counts as zeros
+// The returned optimizer is the one passed in, with a gradient sync installed. Its first
+// update, and any later update whose parameter set changed (a lazily sized layer appeared),
+// first checks whether the replicas are equal on every rank (a digest of the values, one small
+// allgather). If not, it broadcasts rank 0's parameters to every rank instead of updating (the
+// gradients came from other weights), as ChainerMN always does; if they are (the same seed, or
+// resumed from the same snapshot), it updates, so resuming loses no step. Every update that
+// goes ahead first averages the gradients over the ranks with one packed allreduce
+// (Communicator::multi_node_mean_grad), then runs the hooks and the update rule as usual. With zero_fill, a parameter without a gradient on some rank counts as zeros
 // there; otherwise it is an error.
 #pragma once
 

@@ -78,6 +78,37 @@ TEST_CASE("multi-node optimizer: broadcast first, then averaged gradients, as on
   }
 }
 
+TEST_CASE("multi-node optimizer: replicas already equal (same seed, a resumed snapshot) update from the first step") {
+  auto comm = world();
+  const int n = comm->size(), r = comm->rank();
+  for (int round = 0; round < 2; ++round) {  // round 1: a fresh optimizer, as after --resume
+    INFO("round " << round);
+    manual_seed(300);  // the same weights on every rank
+    auto model = std::make_shared<Linear>(3, 2);
+    auto optimizer = create_multi_node_optimizer(std::make_shared<SGD>(0.1), comm);
+    optimizer->setup(model);
+    if (round == 1) {  // two updates first, then a new optimizer on the trained replicas
+      optimizer->update([&] { return loss_on(*model, r); });
+      optimizer->update([&] { return loss_on(*model, r); });
+      optimizer = create_multi_node_optimizer(std::make_shared<SGD>(0.1), comm);
+      optimizer->setup(model);
+    }
+    Linear reference(3, 2);
+    reference.W().set_data(model->W().data().clone());
+    reference.b().set_data(model->b().data().clone());
+    std::vector<double> want_W = values(reference.W().data());
+    for (int q = 0; q < n; ++q) {
+      reference.cleargrads();
+      loss_on(reference, q).backward();
+      const auto g = values(reference.W().grad());
+      for (std::size_t i = 0; i < g.size(); ++i) want_W[i] -= 0.1 * g[i] / n;
+    }
+    optimizer->update([&] { return loss_on(*model, r); });
+    REQUIRE(optimizer->t() == 1);  // updated, not merely broadcast
+    require_values(model->W().data(), want_W, 1e-5, 1e-7);
+  }
+}
+
 TEST_CASE("multi_node_mean_grad: a missing gradient stops every rank; zero_fill counts it as zeros") {
   auto comm = world();
   const int n = comm->size(), r = comm->rank();

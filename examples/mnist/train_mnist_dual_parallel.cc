@@ -1,0 +1,191 @@
+// ChainerMN's dual-parallel MNIST MLP (model parallelism inside pairs of ranks, data
+// parallelism across the pairs), on an even number of ranks, on Fashion-MNIST (or MNIST):
+//
+//   the pairs {0,1}, {2,3}, ... (split by rank / 2) each run the 2-rank model-parallel MLP of
+//   train_mnist_model_parallel: pair-rank 0 = Linear(784, unit) + ReLU and the loss
+//   (Classifier), pair-rank 1 = Linear(-1, unit) + ReLU -> Linear(-1, 10);
+//   the halves {0,2,4,...} and {1,3,5,...} (split by rank % 2) are data-parallel groups: each
+//   half's optimizer averages its gradients over the pairs (create_multi_node_optimizer on
+//   the half's communicator), after broadcasting pair 0's initial weights of that half.
+//
+// Pair-rank 0 of every pair trains on its own share of the data (scatter_dataset over the first
+// halves, equal lengths, so every pair takes the same number of steps); pair-rank 1 iterates an
+// empty dataset of the same length. The test set is scattered the same way and the
+// metrics are averaged over the pairs (create_multi_node_evaluator on the first halves).
+// --batchsize is per pair (the global minibatch is batchsize * pairs). Global rank 0 prints the
+// report; its training loss is pair 0's, the validation metrics are every pair's mean.
+//
+//   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/mnist/train_mnist_dual_parallel --epoch 10
+#include <cstdio>
+#include <functional>
+
+#include "autograd/functions.h"
+#include "comm/data/data.h"
+#include "comm/links/multi_node_chain_list.h"
+#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/training/multi_node_evaluator.h"
+#include "data/data.h"
+#include "examples/common/flags.h"
+#include "examples/mnist/mnist_common.h"
+#include "layers/links/classifier.h"
+#include "layers/links/linear.h"
+#include "layers/optimizers/adam.h"
+#include "training/extensions/evaluator.h"
+#include "training/extensions/reporting.h"
+#include "training/trainer.h"
+
+using namespace tandem;
+
+namespace {
+
+// Pair-rank 0's part: the first layer.
+class FirstLayer : public Chain {
+ public:
+  explicit FirstLayer(std::int64_t units) { l1 = add_link("l1", std::make_shared<Linear>(784, units)); }
+  Variable forward(const Variable& x) override { return F::relu((*l1)(x)); }
+  std::shared_ptr<Linear> l1;
+};
+
+// What pair-rank 0 does with the logits that come back: nothing.
+class Identity : public Link {
+ public:
+  Variable forward(const Variable& y) override { return y; }
+};
+
+// Pair-rank 1's part: the two other layers.
+class LastLayers : public Chain {
+ public:
+  explicit LastLayers(std::int64_t units) {
+    l2 = add_link("l2", std::make_shared<Linear>(-1, units));
+    l3 = add_link("l3", std::make_shared<Linear>(-1, 10));
+  }
+  Variable forward(const Variable& h) override { return (*l3)(F::relu((*l2)(h))); }
+  std::shared_ptr<Linear> l2, l3;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  examples::Flags flags("train_mnist_dual_parallel",
+                        "ChainerMN's dual-parallel MNIST MLP on Fashion-MNIST (or MNIST): pairs of ranks split the "
+                        "model (model\nparallelism), the pairs split the data (data parallelism). Needs an even "
+                        "number of ranks.\nRun with: /usr/bin/mpiexec.mpich -n 4 train_mnist_dual_parallel [flags]");
+  examples::add_training_flags(flags, "examples per minibatch of each pair (the global minibatch is this times the "
+                               "number of pairs)",
+                               "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
+                               "'latest': continue from each rank's newest snapshot");
+  flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
+  try {
+    if (!flags.parse(argc, argv)) return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  // From here an exception on one rank aborts them all (the communicator's handler).
+  auto comm = create_communicator("naive");
+  const int rank = comm->rank();
+  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), units = flags.get_int("unit");
+  TANDEM_CHECK(comm->size() % 2 == 0, "train_mnist_dual_parallel runs on an even number of ranks (pairs of ranks; "
+               "mpiexec.mpich -n 4), not ", comm->size());
+  TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_dual_parallel: --batchsize, --epoch and --unit "
+               "must be positive");
+  TANDEM_CHECK(flags.get_int("gpu") < 0, "train_mnist_dual_parallel: --gpu needs the CUDA backend, which this build "
+               "does not have");
+  const std::string resume = flags.get_string("resume");
+  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_dual_parallel: --resume takes 'latest' (each rank "
+               "resumes from its own snapshots)");
+  const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
+  manual_seed(seed + rank);  // different initial weights: each half's first update broadcasts pair 0's
+
+  // ChainerMN's axes: model_comm is this rank's pair (pair-rank = rank % 2), data_comm the
+  // same half of every pair (its rank = the pair's index).
+  CommunicatorPtr model_comm = comm->split(/*color=*/rank / 2, /*key=*/rank);
+  CommunicatorPtr data_comm = comm->split(/*color=*/rank % 2, /*key=*/rank);
+  const bool first_half = model_comm->rank() == 0;
+  const int pairs = data_comm->size();
+
+  MnistOptions data_options;
+  data_options.dir = flags.get_string("data-dir");
+  auto [mnist_train, mnist_test] = get_mnist(data_options);
+  // Both halves scatter over their own data communicator with the same arithmetic, so
+  // pair-rank 1's share has its partner's length; it needs only that length.
+  DatasetPtr train = scatter_dataset(mnist_train, *data_comm, 0, /*shuffle=*/first_half, seed);
+  DatasetPtr test = scatter_dataset(mnist_test, *data_comm, 0, /*shuffle=*/first_half, seed);
+  if (!first_half) {
+    train = create_empty_dataset(train);
+    test = create_empty_dataset(test);
+  }
+
+  std::shared_ptr<Link> model;
+  LossFunction loss;
+  Evaluator::EvalFunction eval;
+  std::function<void()> forward_once;  // sizes the lazy layers before a snapshot loads
+  auto chain = std::make_shared<MultiNodeChainList>(model_comm);
+  if (first_half) {
+    chain->add_link(std::make_shared<FirstLayer>(units), {}, 1);
+    chain->add_link(std::make_shared<Identity>(), 1, {});
+    auto classifier = std::make_shared<Classifier>(chain);
+    model = classifier;
+    loss = classifier_loss(classifier);
+    eval = classifier_eval(classifier);
+    forward_once = [classifier, train = train] {
+      const Example batch = train->get_batch({0});
+      classifier->forward(Variable(batch[0]), Variable(batch[1]));
+    };
+  } else {
+    chain->add_link(std::make_shared<LastLayers>(units), 0, 0);
+    model = chain;
+    loss = [chain](const Example&) { return LossResult{chain->forward_many({})[0], {}}; };
+    eval = [chain](const Example&) {
+      chain->forward_many({});
+      return Observation{};
+    };
+    forward_once = [chain] { chain->forward_many({}); };
+  }
+
+  auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), data_comm);
+  optimizer->setup(model);
+  auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, first_half, seed + rank);
+  auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
+  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, loss);
+  const std::string out =
+      rank == 0 ? flags.get_string("out") : flags.get_string("out") + "/rank" + std::to_string(rank);
+  Trainer trainer(updater, Trigger::epochs(epochs), out, model);
+  // The first halves average the metrics over the pairs; the second halves report none, but
+  // take part in every evaluation step of their partner.
+  auto local_evaluator = std::make_shared<Evaluator>(test_iter, eval);
+  std::function<Observation()> evaluate = [local_evaluator] { return local_evaluator->evaluate(); };
+  if (first_half) {
+    auto evaluator = create_multi_node_evaluator(local_evaluator, data_comm);
+    trainer.extend(evaluator);
+    evaluate = [evaluator] { return evaluator->evaluate(); };
+  } else {
+    trainer.extend(local_evaluator);
+  }
+  if (rank == 0) {
+    std::printf("train_mnist_dual_parallel: %d ranks = %d pair%s (model parallel within a pair, data parallel "
+                "across pairs), %lld train / %lld test examples per pair; # unit: %lld  # minibatch: %lld per pair  "
+                "# epoch: %lld\n",
+                comm->size(), pairs, pairs == 1 ? "" : "s", static_cast<long long>(train->size()), static_cast<long long>(test->size()),
+                units, batchsize, epochs);
+    examples::extend_with_report(trainer);
+  }
+  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+
+  if (resume == "latest") {
+    const std::string path = latest_snapshot(out);
+    TANDEM_CHECK(!path.empty(), "train_mnist_dual_parallel: --resume latest: no snapshot in ", out, " (rank ", rank,
+                 ")");
+    {
+      NoGradGuard no_grad;  // the lazy layers get their shapes from one forward pass (both ranks of a pair)
+      forward_once();
+    }
+    trainer.load_snapshot(path);
+    if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
+  }
+  trainer.run();
+  const Observation final_metrics = evaluate();  // every rank takes part
+  if (rank == 0)
+    std::printf("final test accuracy: %.4f  loss: %.4f\n", final_metrics.at("accuracy"), final_metrics.at("loss"));
+  return 0;
+}
