@@ -64,19 +64,18 @@ int main(int argc, char** argv) {
   examples::Flags flags("train_parallel_convolution",
                         "A VGG-style CNN with channel-parallel convolutions over N ranks, on Fashion-MNIST (or MNIST).\n"
                         "Run with: /usr/bin/mpiexec.mpich -n N train_parallel_convolution [flags] (N = 1 for comparison)");
-  flags.add_int("batchsize", 100, "examples per minibatch (every rank sees the whole batch)");
-  flags.add_int("epoch", 3, "epochs to train");
-  flags.add_int("unit", 16, "channels of the first convolutions (then 2x); every rank needs at least one per layer");
-  flags.add_string("out", "result", "directory for the log and snapshots (rank R > 0 writes to <out>/rank<R>)");
-  flags.add_string("resume", "", "'latest': resume every rank from its own newest snapshot");
-  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
-                   "/usr/share/datasets/fashion-mnist)");
-  flags.add_int("seed", 0, "random seed (initialisation and shuffling); the same on every rank");
+  examples::TrainingDefaults defaults;
+  defaults.epoch = 3;
+  defaults.unit = 16;
+  defaults.unit_help = "channels of the first convolutions (then twice as many); at least one per rank";
+  examples::add_training_flags(flags, "examples per minibatch (every rank sees the whole batch)",
+                               "directory for the log and snapshots (rank R > 0 writes to <out>/rank<R>)",
+                               "'latest': resume every rank from its own newest snapshot", defaults);
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
-  flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
   try {
     if (!flags.parse(argc, argv)) return 0;
+    examples::training_device(flags, "train_parallel_convolution");  // before MPI: a plain one-line error
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
@@ -87,8 +86,6 @@ int main(int argc, char** argv) {
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), width = flags.get_int("unit");
   TANDEM_CHECK(batchsize > 0 && epochs > 0 && width > 0, "train_parallel_convolution: --batchsize, --epoch and "
                "--unit must be positive");
-  TANDEM_CHECK(flags.get_int("gpu") < 0, "train_parallel_convolution: --gpu needs the CUDA backend, which this build "
-               "does not have");
   TANDEM_CHECK(width >= comm->size(), "train_parallel_convolution: --unit ", width, " gives fewer channels than the ",
                comm->size(), " ranks");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));

@@ -12,12 +12,32 @@ namespace examples {
 Flags::Flags(std::string program, std::string description)
     : program_(std::move(program)), description_(std::move(description)) {}
 
+void Flags::check_new(const std::string& name) const {
+  TANDEM_CHECK(!flags_.count(name), program_, ": flag --", name, " is defined twice");
+}
+
+namespace {
+
+// Under mpiexec every rank parses the same command line; only the first one prints the help.
+// MPICH's launcher sets PMI_RANK, Open MPI's OMPI_COMM_WORLD_RANK; outside MPI neither is set.
+bool first_process() {
+  for (const char* variable : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"}) {
+    const char* rank = std::getenv(variable);
+    if (rank && std::string(rank) != "0") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void Flags::add_int(const std::string& name, long long value, const std::string& help) {
+  check_new(name);
   flags_[name] = {Kind::integer, std::to_string(value), help};
   order_.push_back(name);
 }
 
 void Flags::add_double(const std::string& name, double value, const std::string& help) {
+  check_new(name);
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%g", value);
   flags_[name] = {Kind::real, buffer, help};
@@ -25,6 +45,7 @@ void Flags::add_double(const std::string& name, double value, const std::string&
 }
 
 void Flags::add_string(const std::string& name, const std::string& value, const std::string& help) {
+  check_new(name);
   flags_[name] = {Kind::text, value, help};
   order_.push_back(name);
 }
@@ -33,6 +54,7 @@ bool Flags::parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
+      if (!first_process()) return false;
       std::printf("usage: %s [flags]\n%s\n\n", program_.c_str(), description_.c_str());
       for (const auto& name : order_) {
         const Flag& f = flags_.at(name);

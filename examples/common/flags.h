@@ -32,6 +32,7 @@ class Flags {
     std::string value, help;
   };
   const Flag& flag(const std::string& name, Kind kind) const;
+  void check_new(const std::string& name) const;  // a flag defined twice is a programming error
 
   std::string program_, description_;
   std::map<std::string, Flag> flags_;

@@ -17,15 +17,23 @@ Variable MLP::forward(const Variable& x) {
 }
 
 void add_training_flags(Flags& flags, const std::string& batchsize_help, const std::string& out_help,
-                        const std::string& resume_help) {
-  flags.add_int("batchsize", 100, batchsize_help);
-  flags.add_int("epoch", 10, "epochs to train");
-  flags.add_int("unit", 1000, "units per hidden layer");
+                        const std::string& resume_help, const TrainingDefaults& defaults) {
+  flags.add_int("batchsize", defaults.batchsize, batchsize_help);
+  flags.add_int("epoch", defaults.epoch, "epochs to train");
+  flags.add_int("unit", defaults.unit, defaults.unit_help);
   flags.add_string("out", "result", out_help);
   flags.add_string("resume", "", resume_help);
-  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files (default: $TANDEM_MNIST_DIR or "
-                   "/usr/share/datasets/fashion-mnist)");
+  flags.add_string("data-dir", "", "directory of the MNIST-format IDX files; empty: $TANDEM_MNIST_DIR, else "
+                   "/usr/share/datasets/fashion-mnist");
   flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
+  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (the CUDA backend is not in this build yet)");
+}
+
+Device training_device(const Flags& flags, const std::string& program) {
+  const long long gpu = flags.get_int("gpu");
+  TANDEM_CHECK(gpu == -1, program, ": --gpu ", gpu, " needs the CUDA backend, which this build does not have "
+               "(use --gpu -1, the CPU)");
+  return Device::cpu();
 }
 
 void extend_with_report(Trainer& trainer) {

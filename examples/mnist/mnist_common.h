@@ -23,10 +23,20 @@ class MLP : public Chain {
   std::shared_ptr<Linear> l1_, l2_, l3_;
 };
 
-// --batchsize --epoch --unit --out --resume --data-dir --seed, with the trainer's own wording
-// for the three whose meaning differs between trainers.
+// The defaults of the flags whose values differ between models.
+struct TrainingDefaults {
+  long long batchsize = 100, epoch = 10, unit = 1000;
+  std::string unit_help = "units per hidden layer";
+};
+
+// --batchsize --epoch --unit --out --resume --data-dir --seed --gpu, with the trainer's own
+// wording for the three whose meaning differs between trainers.
 void add_training_flags(Flags& flags, const std::string& batchsize_help, const std::string& out_help,
-                        const std::string& resume_help);
+                        const std::string& resume_help, const TrainingDefaults& defaults = {});
+
+// The device that --gpu selects: the CPU for -1. This build has no CUDA backend yet, so any
+// GPU is an error that says so (naming the program).
+Device training_device(const Flags& flags, const std::string& program);
 
 // LogReport, PrintReport of loss/accuracy (training and validation) and a ProgressBar.
 void extend_with_report(Trainer& trainer);

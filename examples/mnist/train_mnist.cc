@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
                                  "snapshot to resume from ('latest': the newest one in --out)");
     flags.add_int("frequency", 1, "snapshot every this many epochs");
     if (!flags.parse(argc, argv)) return 0;
+    examples::training_device(flags, "train_mnist");
     const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch");
     const long long units = flags.get_int("unit"), frequency = flags.get_int("frequency");
     TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0 && frequency > 0,

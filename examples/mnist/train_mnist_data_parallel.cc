@@ -30,9 +30,9 @@ int main(int argc, char** argv) {
   examples::add_training_flags(flags, "examples per minibatch on each rank",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from each rank's newest snapshot");
-  flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
   try {
     if (!flags.parse(argc, argv)) return 0;
+    examples::training_device(flags, "train_mnist_data_parallel");  // before MPI: a plain one-line error
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
@@ -43,8 +43,6 @@ int main(int argc, char** argv) {
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), units = flags.get_int("unit");
   TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_data_parallel: --batchsize, --epoch and --unit "
                "must be positive");
-  TANDEM_CHECK(flags.get_int("gpu") < 0, "train_mnist_data_parallel: --gpu needs the CUDA backend, which this build "
-               "does not have");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
   manual_seed(seed + rank);  // different initial weights: the first update broadcasts rank 0's
 

@@ -74,9 +74,9 @@ int main(int argc, char** argv) {
                                "number of pairs)",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from each rank's newest snapshot");
-  flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
   try {
     if (!flags.parse(argc, argv)) return 0;
+    examples::training_device(flags, "train_mnist_dual_parallel");  // before MPI: a plain one-line error
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
@@ -89,8 +89,6 @@ int main(int argc, char** argv) {
                "mpiexec.mpich -n 4), not ", comm->size());
   TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_dual_parallel: --batchsize, --epoch and --unit "
                "must be positive");
-  TANDEM_CHECK(flags.get_int("gpu") < 0, "train_mnist_dual_parallel: --gpu needs the CUDA backend, which this build "
-               "does not have");
   const std::string resume = flags.get_string("resume");
   TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_dual_parallel: --resume takes 'latest' (each rank "
                "resumes from its own snapshots)");

@@ -93,9 +93,9 @@ int main(int argc, char** argv) {
                                "directory for the log and snapshots (rank 1 writes to <out>/rank1)",
                                "snapshot to resume from ('latest': the newest one of each rank)");
   flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
-  flags.add_int("gpu", -1, "GPU to use (the CUDA backend is not in this build: must be -1)");
   try {
     if (!flags.parse(argc, argv)) return 0;
+    examples::training_device(flags, "train_mnist_model_parallel");  // before MPI: a plain one-line error
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
@@ -111,8 +111,6 @@ int main(int argc, char** argv) {
                "--unit must be positive");
   TANDEM_CHECK(form == "chainlist" || form == "explicit", "train_mnist_model_parallel: --form is chainlist or "
                "explicit, not '", form, "'");
-  TANDEM_CHECK(flags.get_int("gpu") < 0, "train_mnist_model_parallel: --gpu needs the CUDA backend, which this build "
-               "does not have");
   manual_seed(static_cast<std::uint64_t>(flags.get_int("seed")) + rank);
 
   MnistOptions data_options;
