@@ -102,5 +102,12 @@ double Flags::get_double(const std::string& name) const { return std::strtod(fla
 
 const std::string& Flags::get_string(const std::string& name) const { return flag(name, Kind::text).value; }
 
+Device training_device(const Flags& flags, const std::string& program) {
+  const long long gpu = flags.get_int("gpu");
+  TANDEM_CHECK(gpu == -1, program, ": --gpu ", gpu, " needs the CUDA backend, which this build does not have "
+               "(use --gpu -1, the CPU)");
+  return Device::cpu();
+}
+
 }  // namespace examples
 }  // namespace tandem

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+
 namespace tandem {
 namespace examples {
 
@@ -38,6 +40,10 @@ class Flags {
   std::map<std::string, Flag> flags_;
   std::vector<std::string> order_;
 };
+
+// The device that the trainers' --gpu flag (an int, -1 for the CPU) selects. This build has no
+// CUDA backend yet, so any GPU is an error that says so, naming the program.
+Device training_device(const Flags& flags, const std::string& program);
 
 }  // namespace examples
 }  // namespace tandem

@@ -29,13 +29,6 @@ void add_training_flags(Flags& flags, const std::string& batchsize_help, const s
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (the CUDA backend is not in this build yet)");
 }
 
-Device training_device(const Flags& flags, const std::string& program) {
-  const long long gpu = flags.get_int("gpu");
-  TANDEM_CHECK(gpu == -1, program, ": --gpu ", gpu, " needs the CUDA backend, which this build does not have "
-               "(use --gpu -1, the CPU)");
-  return Device::cpu();
-}
-
 void extend_with_report(Trainer& trainer) {
   auto log = std::make_shared<LogReport>();
   trainer.extend(log);

@@ -34,9 +34,6 @@ struct TrainingDefaults {
 void add_training_flags(Flags& flags, const std::string& batchsize_help, const std::string& out_help,
                         const std::string& resume_help, const TrainingDefaults& defaults = {});
 
-// The device that --gpu selects: the CPU for -1. This build has no CUDA backend yet, so any
-// GPU is an error that says so (naming the program).
-Device training_device(const Flags& flags, const std::string& program);
 
 // LogReport, PrintReport of loss/accuracy (training and validation) and a ProgressBar.
 void extend_with_report(Trainer& trainer);
