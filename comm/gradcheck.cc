@@ -33,8 +33,8 @@ Variables as_variables(const std::vector<Tensor>& xs, bool requires_grad) {
 
 }  // namespace
 
-GradcheckResult distributed_gradcheck(Communicator& comm, const GradcheckFunction& fn, const std::vector<Tensor>& inputs,
-                                      const GradcheckOptions& options) {
+GradcheckResult distributed_gradcheck(Communicator& comm, const GradcheckFunction& fn,
+                                      const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
   // f64 copies: the perturbations below write into them.
   std::vector<Tensor> xs;
   for (const Tensor& x : inputs) xs.push_back(is_floating(x.dtype()) ? x.to(DType::f64).clone() : x);
@@ -103,7 +103,8 @@ GradcheckResult distributed_gradcheck(Communicator& comm, const GradcheckFunctio
   const double failures = comm.allreduce(full({}, result.ok ? 0.0 : 1.0, DType::f64)).item();
   if (failures > 0) {
     result.ok = false;
-    if (report.str().empty()) report << "rank " << comm.rank() << ": no failures here; " << failures << " rank(s) failed\n";
+    if (report.str().empty())
+      report << "rank " << comm.rank() << ": no failures here; " << failures << " rank(s) failed\n";
   }
   result.report = report.str();
   return result;

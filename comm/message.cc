@@ -125,7 +125,8 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   if (wire.version != kMessageVersion)
     throw bad(detail::concat("protocol version ", int(wire.version), ", this build speaks ", int(kMessageVersion)));
   if (!valid_kind(wire.kind)) throw bad(detail::concat("unknown operation kind ", int(wire.kind)));
-  if (wire.dtype > static_cast<std::uint8_t>(DType::boolean)) throw bad(detail::concat("unknown dtype ", int(wire.dtype)));
+  if (wire.dtype > static_cast<std::uint8_t>(DType::boolean))
+    throw bad(detail::concat("unknown dtype ", int(wire.dtype)));
   if (wire.ndim > kMaxDims) throw bad(detail::concat(int(wire.ndim), " dimensions"));
   if (wire.list_size == 0 || wire.list_index >= wire.list_size)
     throw bad(detail::concat("list position ", wire.list_index, " of ", wire.list_size));

@@ -393,7 +393,8 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
   return split_flat(flat, shapes);
 }
 
-Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) {
+Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest,
+                                          const char* operation) {
   check_cpu(x, operation);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   TANDEM_CHECK(op == AllreduceOp::sum || is_floating(x.dtype()), operation, ": the mean of ", x.description(),

@@ -43,8 +43,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   char mine[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
   MPI_Get_processor_name(mine, &length);
-  check_mpi(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
-            "MPI_Allgather (processor names)");
+  check_mpi(
+      MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
+      "MPI_Allgather (processor names)");
   auto name_of = [&](int r) { return std::string(names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME); };
   std::vector<std::string> hosts;
   intra_rank_ = 0;

@@ -48,7 +48,8 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
   if (inline_payload) header.flags |= comm_detail::kFlagInlinePayload;
   message.reserve(comm_detail::encoded_header_size(header) + (inline_payload ? size : 0));
   comm_detail::encode_header(header, message);
-  if (inline_payload && size > 0) message.insert(message.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
+  if (inline_payload && size > 0)
+    message.insert(message.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
 
   std::vector<MPI_Request> requests(1);
   check_mpi(MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_BYTE, dest, tag, comm_, &requests[0]),

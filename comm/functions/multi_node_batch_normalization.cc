@@ -58,7 +58,8 @@ class MultiNodeBatchNormalization final : public FunctionNode {
     TANDEM_CHECK(count_ > 0, kOp, ": the global batch is empty on all ", comm_->size(), " ranks (x on rank ", rank,
                  ": ", x.description(), ")");
     const Tensor mean64 = div(global.slice_rows(1, 1 + channels), count_);
-    const Tensor var64 = maximum(sub(div(global.slice_rows(1 + channels, 1 + 2 * channels), count_), square(mean64)), 0.0);
+    const Tensor var64 =
+        maximum(sub(div(global.slice_rows(1 + channels, 1 + 2 * channels), count_), square(mean64)), 0.0);
     const Tensor mean = mean64.to(x.dtype()), var = var64.to(x.dtype());
 
     const Tensor invstd = rdiv(1.0, sqrt(add(var, eps_)));
@@ -87,7 +88,8 @@ class MultiNodeBatchNormalization final : public FunctionNode {
       // gx = gamma * invstd * (gy - mean(gy) - xhat * mean(gy * xhat)) = gy * k1 + x * k2 + k3.
       CommBackwardScope scope;
       const Tensor global = comm_->allreduce(concat({sum_gy, sum_gy_xmu}, 0), AllreduceOp::sum);
-      const Tensor global_gy = global.slice_rows(0, channels), global_gy_xmu = global.slice_rows(channels, 2 * channels);
+      const Tensor global_gy = global.slice_rows(0, channels),
+                   global_gy_xmu = global.slice_rows(channels, 2 * channels);
       const double inv_m = 1.0 / count_;
       const Tensor k1 = mul(gamma, invstd);
       const Tensor k2 = mul(mul(k1, square(invstd)), mul(global_gy_xmu, -inv_m));

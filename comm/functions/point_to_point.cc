@@ -41,8 +41,9 @@ class SendFunction final : public FunctionNode {
       if (!is_floating(dtypes_[i])) continue;  // no gradient travels for integer data
       MessageExpectation expect;
       expect.kind = OpKind::fn_recv_grad;
-      expect.operation = detail::concat("send backward (the gradient of ", dtype_name(dtypes_[i]), shape_str(shapes_[i]),
-                                        n > 1 ? detail::concat(", tensor ", i + 1, " of ", n) : std::string(), ")");
+      expect.operation =
+          detail::concat("send backward (the gradient of ", dtype_name(dtypes_[i]), shape_str(shapes_[i]),
+                         n > 1 ? detail::concat(", tensor ", i + 1, " of ", n) : std::string(), ")");
       expect.check_tensor = true;
       expect.dtype = dtypes_[i];
       expect.shape = shapes_[i];
@@ -86,8 +87,8 @@ class RecvFunction final : public FunctionNode {
       outputs.push_back(comm_->recv_message(peer_, tag_, expect).tensor);
     }
     TANDEM_CHECK(sender_records == recording(), "recv on rank ", comm_->rank(), " from rank ", peer_, " (tag ", tag_,
-                 "): rank ", peer_, (sender_records ? " records" : " does not record"), " the graph of its send but rank ",
-                 comm_->rank(), (recording() ? " records" : " does not record"),
+                 "): rank ", peer_, (sender_records ? " records" : " does not record"),
+                 " the graph of its send but rank ", comm_->rank(), (recording() ? " records" : " does not record"),
                  " this recv; both must (or neither, under NoGradGuard), or one of them would wait for a gradient "
                  "forever");
     for (const Tensor& y : outputs) dtypes_.push_back(y.dtype());

@@ -32,7 +32,8 @@ ParallelConvolution2D::ParallelConvolution2D(CommunicatorPtr comm, std::int64_t 
 
 void ParallelConvolution2D::initialize_W(std::int64_t in_channels) {
   // Draw the whole W (fan-in and the random stream as in Convolution2D), keep this rank's rows.
-  const Tensor full = options_.initialW({out_channels_, in_channels, options_.ksize_y, options_.ksize_x}, options_.dtype);
+  const Tensor full =
+      options_.initialW({out_channels_, in_channels, options_.ksize_y, options_.ksize_x}, options_.dtype);
   initialize_param("W", full.slice_rows(begin_, end_).clone());
 }
 

@@ -61,9 +61,10 @@ DatasetPtr first_examples(DatasetPtr dataset, long long size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::Flags flags("train_parallel_convolution",
-                        "A VGG-style CNN with channel-parallel convolutions over N ranks, on Fashion-MNIST (or MNIST).\n"
-                        "Run with: /usr/bin/mpiexec.mpich -n N train_parallel_convolution [flags] (N = 1 for comparison)");
+  examples::Flags flags(
+      "train_parallel_convolution",
+      "A VGG-style CNN with channel-parallel convolutions over N ranks, on Fashion-MNIST (or MNIST).\n"
+      "Run with: /usr/bin/mpiexec.mpich -n N train_parallel_convolution [flags] (N = 1 for comparison)");
   examples::TrainingDefaults defaults;
   defaults.epoch = 3;
   defaults.unit = 16;
@@ -73,19 +74,14 @@ int main(int argc, char** argv) {
                                "'latest': resume every rank from its own newest snapshot", defaults);
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
-  try {
-    if (!flags.parse(argc, argv)) return 0;
-    examples::training_device(flags, "train_parallel_convolution");  // before MPI: a plain one-line error
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  const int status =
+      examples::parse_command_line(flags, argc, argv, "train_parallel_convolution", {"batchsize", "epoch", "unit"});
+  if (status >= 0) return status;
   // From here an exception on one rank aborts every rank (the communicator's handler).
   auto comm = create_communicator("naive");
   const int rank = comm->rank();
-  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), width = flags.get_int("unit");
-  TANDEM_CHECK(batchsize > 0 && epochs > 0 && width > 0, "train_parallel_convolution: --batchsize, --epoch and "
-               "--unit must be positive");
+  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
+                  width = flags.get_int("unit");
   TANDEM_CHECK(width >= comm->size(), "train_parallel_convolution: --unit ", width, " gives fewer channels than the ",
                comm->size(), " ranks");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));

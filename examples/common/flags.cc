@@ -98,9 +98,25 @@ long long Flags::get_int(const std::string& name) const {
   return std::strtoll(flag(name, Kind::integer).value.c_str(), nullptr, 10);
 }
 
-double Flags::get_double(const std::string& name) const { return std::strtod(flag(name, Kind::real).value.c_str(), nullptr); }
+double Flags::get_double(const std::string& name) const {
+  return std::strtod(flag(name, Kind::real).value.c_str(), nullptr);
+}
 
 const std::string& Flags::get_string(const std::string& name) const { return flag(name, Kind::text).value; }
+
+int parse_command_line(Flags& flags, int argc, char** argv, const std::string& program,
+                       std::initializer_list<const char*> positive) {
+  try {
+    if (!flags.parse(argc, argv)) return 0;
+    for (const char* name : positive)
+      TANDEM_CHECK(flags.get_int(name) > 0, program, ": --", name, " must be positive, got ", flags.get_int(name));
+    training_device(flags, program);
+    return -1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
 
 Device training_device(const Flags& flags, const std::string& program) {
   const long long gpu = flags.get_int("gpu");

@@ -2,6 +2,7 @@
 // `--epoch 10`, `--out result`. Unknown flags and bad values are errors with a one-line message.
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,6 +41,13 @@ class Flags {
   std::map<std::string, Flag> flags_;
   std::vector<std::string> order_;
 };
+
+// Parses a trainer's command line before MPI starts, so that a bad one ends every process with
+// one plain line: each flag named in `positive` must be > 0, and --gpu must name a device this
+// build has (training_device). Returns -1 to go on, or the status for main to return: 0 after
+// --help, 1 after an error (printed to stderr).
+int parse_command_line(Flags& flags, int argc, char** argv, const std::string& program,
+                       std::initializer_list<const char*> positive = {});
 
 // The device that the trainers' --gpu flag (an int, -1 for the CPU) selects. This build has no
 // CUDA backend yet, so any GPU is an error that says so, naming the program.

@@ -16,6 +16,17 @@ Variable MLP::forward(const Variable& x) {
   return (*l3_)(h2);
 }
 
+MLPFirstLayer::MLPFirstLayer(std::int64_t units) { l1 = add_link("l1", std::make_shared<Linear>(784, units)); }
+
+Variable MLPFirstLayer::forward(const Variable& x) { return F::relu((*l1)(x)); }
+
+MLPLastLayers::MLPLastLayers(std::int64_t units) {
+  l2 = add_link("l2", std::make_shared<Linear>(-1, units));
+  l3 = add_link("l3", std::make_shared<Linear>(-1, 10));
+}
+
+Variable MLPLastLayers::forward(const Variable& h) { return (*l3)(F::relu((*l2)(h))); }
+
 void add_training_flags(Flags& flags, const std::string& batchsize_help, const std::string& out_help,
                         const std::string& resume_help, const TrainingDefaults& defaults) {
   flags.add_int("batchsize", defaults.batchsize, batchsize_help);

@@ -23,6 +23,26 @@ class MLP : public Chain {
   std::shared_ptr<Linear> l1_, l2_, l3_;
 };
 
+// ChainerMN's model-parallel split of the MLP over two ranks (the model-parallel and
+// dual-parallel trainers): rank 0 runs MLPFirstLayer, sends to rank 1 and receives the logits
+// back through Passthrough; rank 1 runs MLPLastLayers on what it receives and sends them back.
+class MLPFirstLayer : public Chain {  // Linear(784, units) + ReLU
+ public:
+  explicit MLPFirstLayer(std::int64_t units);
+  Variable forward(const Variable& x) override;
+  std::shared_ptr<Linear> l1;
+};
+class Passthrough : public Link {  // returns its input: where the logits arrive on rank 0
+ public:
+  Variable forward(const Variable& y) override { return y; }
+};
+class MLPLastLayers : public Chain {  // Linear(-1, units) + ReLU, Linear(-1, 10)
+ public:
+  explicit MLPLastLayers(std::int64_t units);
+  Variable forward(const Variable& h) override;
+  std::shared_ptr<Linear> l2, l3;
+};
+
 // The defaults of the flags whose values differ between models.
 struct TrainingDefaults {
   long long batchsize = 100, epoch = 10, unit = 1000;

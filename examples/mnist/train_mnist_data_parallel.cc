@@ -30,19 +30,14 @@ int main(int argc, char** argv) {
   examples::add_training_flags(flags, "examples per minibatch on each rank",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from each rank's newest snapshot");
-  try {
-    if (!flags.parse(argc, argv)) return 0;
-    examples::training_device(flags, "train_mnist_data_parallel");  // before MPI: a plain one-line error
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  const int status =
+      examples::parse_command_line(flags, argc, argv, "train_mnist_data_parallel", {"batchsize", "epoch", "unit"});
+  if (status >= 0) return status;
   // From here an exception on one rank aborts them all (the communicator's handler).
   auto comm = create_communicator("naive");
   const int rank = comm->rank();
-  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), units = flags.get_int("unit");
-  TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_data_parallel: --batchsize, --epoch and --unit "
-               "must be positive");
+  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
+                  units = flags.get_int("unit");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
   manual_seed(seed + rank);  // different initial weights: the first update broadcasts rank 0's
 

@@ -36,35 +36,6 @@
 
 using namespace tandem;
 
-namespace {
-
-// Pair-rank 0's part: the first layer.
-class FirstLayer : public Chain {
- public:
-  explicit FirstLayer(std::int64_t units) { l1 = add_link("l1", std::make_shared<Linear>(784, units)); }
-  Variable forward(const Variable& x) override { return F::relu((*l1)(x)); }
-  std::shared_ptr<Linear> l1;
-};
-
-// What pair-rank 0 does with the logits that come back: nothing.
-class Identity : public Link {
- public:
-  Variable forward(const Variable& y) override { return y; }
-};
-
-// Pair-rank 1's part: the two other layers.
-class LastLayers : public Chain {
- public:
-  explicit LastLayers(std::int64_t units) {
-    l2 = add_link("l2", std::make_shared<Linear>(-1, units));
-    l3 = add_link("l3", std::make_shared<Linear>(-1, 10));
-  }
-  Variable forward(const Variable& h) override { return (*l3)(F::relu((*l2)(h))); }
-  std::shared_ptr<Linear> l2, l3;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) {
   examples::Flags flags("train_mnist_dual_parallel",
                         "ChainerMN's dual-parallel MNIST MLP on Fashion-MNIST (or MNIST): pairs of ranks split the "
@@ -74,21 +45,16 @@ int main(int argc, char** argv) {
                                "number of pairs)",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from each rank's newest snapshot");
-  try {
-    if (!flags.parse(argc, argv)) return 0;
-    examples::training_device(flags, "train_mnist_dual_parallel");  // before MPI: a plain one-line error
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  const int status =
+      examples::parse_command_line(flags, argc, argv, "train_mnist_dual_parallel", {"batchsize", "epoch", "unit"});
+  if (status >= 0) return status;
   // From here an exception on one rank aborts them all (the communicator's handler).
   auto comm = create_communicator("naive");
   const int rank = comm->rank();
-  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), units = flags.get_int("unit");
+  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
+                  units = flags.get_int("unit");
   TANDEM_CHECK(comm->size() % 2 == 0, "train_mnist_dual_parallel runs on an even number of ranks (pairs of ranks; "
                "mpiexec.mpich -n 4), not ", comm->size());
-  TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_dual_parallel: --batchsize, --epoch and --unit "
-               "must be positive");
   const std::string resume = flags.get_string("resume");
   TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_dual_parallel: --resume takes 'latest' (each rank "
                "resumes from its own snapshots)");
@@ -120,8 +86,8 @@ int main(int argc, char** argv) {
   std::function<void()> forward_once;  // sizes the lazy layers before a snapshot loads
   auto chain = std::make_shared<MultiNodeChainList>(model_comm);
   if (first_half) {
-    chain->add_link(std::make_shared<FirstLayer>(units), {}, 1);
-    chain->add_link(std::make_shared<Identity>(), 1, {});
+    chain->add_link(std::make_shared<examples::MLPFirstLayer>(units), {}, 1);
+    chain->add_link(std::make_shared<examples::Passthrough>(), 1, {});
     auto classifier = std::make_shared<Classifier>(chain);
     model = classifier;
     loss = classifier_loss(classifier);
@@ -131,7 +97,7 @@ int main(int argc, char** argv) {
       classifier->forward(Variable(batch[0]), Variable(batch[1]));
     };
   } else {
-    chain->add_link(std::make_shared<LastLayers>(units), 0, 0);
+    chain->add_link(std::make_shared<examples::MLPLastLayers>(units), 0, 0);
     model = chain;
     loss = [chain](const Example&) { return LossResult{chain->forward_many({})[0], {}}; };
     eval = [chain](const Example&) {
@@ -161,11 +127,12 @@ int main(int argc, char** argv) {
     trainer.extend(local_evaluator);
   }
   if (rank == 0) {
-    std::printf("train_mnist_dual_parallel: %d ranks = %d pair%s (model parallel within a pair, data parallel "
-                "across pairs), %lld train / %lld test examples per pair; # unit: %lld  # minibatch: %lld per pair  "
-                "# epoch: %lld\n",
-                comm->size(), pairs, pairs == 1 ? "" : "s", static_cast<long long>(train->size()), static_cast<long long>(test->size()),
-                units, batchsize, epochs);
+    std::printf(
+        "train_mnist_dual_parallel: %d ranks = %d pair%s (model parallel within a pair, data parallel "
+        "across pairs), %lld train / %lld test examples per pair; # unit: %lld  # minibatch: %lld per pair  "
+        "# epoch: %lld\n",
+        comm->size(), pairs, pairs == 1 ? "" : "s", static_cast<long long>(train->size()),
+        static_cast<long long>(test->size()), units, batchsize, epochs);
     examples::extend_with_report(trainer);
   }
   trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));

@@ -27,42 +27,17 @@ using namespace tandem;
 
 namespace {
 
-// Rank 0's first half: the first layer.
-class FirstLayer : public Chain {
- public:
-  explicit FirstLayer(std::int64_t units) { l1 = add_link("l1", std::make_shared<Linear>(784, units)); }
-  Variable forward(const Variable& x) override { return F::relu((*l1)(x)); }
-  std::shared_ptr<Linear> l1;
-};
-
-// What rank 0 does with the logits that come back: nothing.
-class Identity : public Link {
- public:
-  Variable forward(const Variable& y) override { return y; }
-};
-
-// Rank 1's part: the two other layers.
-class LastLayers : public Chain {
- public:
-  explicit LastLayers(std::int64_t units) {
-    l2 = add_link("l2", std::make_shared<Linear>(-1, units));
-    l3 = add_link("l3", std::make_shared<Linear>(-1, 10));
-  }
-  Variable forward(const Variable& h) override { return (*l3)(F::relu((*l2)(h))); }
-  std::shared_ptr<Linear> l2, l3;
-};
-
-// The same split, with the communication written out.
+// The split of examples::MLPFirstLayer / MLPLastLayers, with the communication written out.
 class ExplicitRank0 : public Chain {
  public:
   ExplicitRank0(CommunicatorPtr comm, std::int64_t units) : comm_(std::move(comm)) {
-    first = add_link("0", std::make_shared<FirstLayer>(units));
+    first = add_link("0", std::make_shared<examples::MLPFirstLayer>(units));
   }
   Variable forward(const Variable& x) override {
     Variable phi = F::send((*first)(x), *comm_, 1);  // phi: the delegate variable
     return F::recv(*comm_, 1, phi);                   // keeps the send in this rank's graph
   }
-  std::shared_ptr<FirstLayer> first;
+  std::shared_ptr<examples::MLPFirstLayer> first;
 
  private:
   CommunicatorPtr comm_;
@@ -71,13 +46,13 @@ class ExplicitRank0 : public Chain {
 class ExplicitRank1 : public Chain {
  public:
   ExplicitRank1(CommunicatorPtr comm, std::int64_t units) : comm_(std::move(comm)) {
-    last = add_link("0", std::make_shared<LastLayers>(units));
+    last = add_link("0", std::make_shared<examples::MLPLastLayers>(units));
   }
   Variables forward_many(const Variables&) override {
     Variable h = F::recv(*comm_, 0);
     return {F::send((*last)(h), *comm_, 0)};  // a delegate: backward() on it runs the exchange
   }
-  std::shared_ptr<LastLayers> last;
+  std::shared_ptr<examples::MLPLastLayers> last;
 
  private:
   CommunicatorPtr comm_;
@@ -93,22 +68,17 @@ int main(int argc, char** argv) {
                                "directory for the log and snapshots (rank 1 writes to <out>/rank1)",
                                "snapshot to resume from ('latest': the newest one of each rank)");
   flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
-  try {
-    if (!flags.parse(argc, argv)) return 0;
-    examples::training_device(flags, "train_mnist_model_parallel");  // before MPI: a plain one-line error
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  const int status =
+      examples::parse_command_line(flags, argc, argv, "train_mnist_model_parallel", {"batchsize", "epoch", "unit"});
+  if (status >= 0) return status;
   // From here an exception on one rank aborts both (the communicator's handler).
   auto comm = create_communicator("naive");
   const int rank = comm->rank();
-  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"), units = flags.get_int("unit");
+  const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
+                  units = flags.get_int("unit");
   const std::string form = flags.get_string("form");
   TANDEM_CHECK(comm->size() == 2, "train_mnist_model_parallel runs on exactly 2 ranks (mpiexec.mpich -n 2), not ",
                comm->size());
-  TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0, "train_mnist_model_parallel: --batchsize, --epoch and "
-               "--unit must be positive");
   TANDEM_CHECK(form == "chainlist" || form == "explicit", "train_mnist_model_parallel: --form is chainlist or "
                "explicit, not '", form, "'");
   manual_seed(static_cast<std::uint64_t>(flags.get_int("seed")) + rank);
@@ -130,8 +100,8 @@ int main(int argc, char** argv) {
     std::shared_ptr<Link> predictor;
     if (form == "chainlist") {
       auto chain = std::make_shared<MultiNodeChainList>(comm);
-      chain->add_link(std::make_shared<FirstLayer>(units), {}, 1);
-      chain->add_link(std::make_shared<Identity>(), 1, {});
+      chain->add_link(std::make_shared<examples::MLPFirstLayer>(units), {}, 1);
+      chain->add_link(std::make_shared<examples::Passthrough>(), 1, {});
       predictor = chain;
     } else {
       predictor = std::make_shared<ExplicitRank0>(comm, units);
@@ -147,7 +117,7 @@ int main(int argc, char** argv) {
   } else {
     if (form == "chainlist") {
       auto chain = std::make_shared<MultiNodeChainList>(comm);
-      chain->add_link(std::make_shared<LastLayers>(units), 0, 0);
+      chain->add_link(std::make_shared<examples::MLPLastLayers>(units), 0, 0);
       model = chain;
     } else {
       model = std::make_shared<ExplicitRank1>(comm, units);

@@ -151,16 +151,9 @@ int main(int argc, char** argv) {
   flags.add_int("eval-size", 1000, "held-out pairs evaluated after each epoch (all of them at the end)");
   flags.add_int("seed", 0, "random seed (initialisation and shuffling; the held-out split is fixed)");
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (the CUDA backend is not in this build yet)");
-  try {
-    if (!flags.parse(argc, argv)) return 0;
-    for (const char* name : {"batchsize", "epoch", "unit", "layer", "eval-size"})
-      TANDEM_CHECK(flags.get_int(name) > 0, "seq2seq_model_parallel: --", name, " must be positive, got ",
-                   flags.get_int(name));
-    examples::training_device(flags, "seq2seq_model_parallel");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  const int status = examples::parse_command_line(flags, argc, argv, "seq2seq_model_parallel",
+                                                  {"batchsize", "epoch", "unit", "layer", "eval-size"});
+  if (status >= 0) return status;
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch");
   const long long eval_size = flags.get_int("eval-size");
   // From here an exception on one rank aborts both (the communicator's handler).

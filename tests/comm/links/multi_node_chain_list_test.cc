@@ -49,13 +49,15 @@ class Stage : public Chain {
 // Tuple data: one input to a pair, a pair to a pair, a pair to one output.
 class PairSplit : public Chain {
  public:
-  explicit PairSplit(std::uint64_t seed) : a(add_link("a", seeded_linear(seed))), b(add_link("b", seeded_linear(seed + 1))) {}
+  explicit PairSplit(std::uint64_t seed)
+      : a(add_link("a", seeded_linear(seed))), b(add_link("b", seeded_linear(seed + 1))) {}
   Variables forward_many(const Variables& xs) override { return {F::sigmoid((*a)(xs[0])), F::tanh((*b)(xs[0]))}; }
   std::shared_ptr<Linear> a, b;
 };
 class PairMix : public Chain {
  public:
-  explicit PairMix(std::uint64_t seed) : a(add_link("a", seeded_linear(seed))), b(add_link("b", seeded_linear(seed + 1))) {}
+  explicit PairMix(std::uint64_t seed)
+      : a(add_link("a", seeded_linear(seed))), b(add_link("b", seeded_linear(seed + 1))) {}
   Variables forward_many(const Variables& xs) override {
     return {F::sigmoid(F::add((*a)(xs[0]), xs[1])), F::tanh(F::sub((*b)(xs[1]), xs[0]))};
   }

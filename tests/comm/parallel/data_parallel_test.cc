@@ -162,7 +162,8 @@ TEST_CASE("multi-node NStepLSTM: encoder state handed from rank 0 to rank 1, as 
     REQUIRE(out.delegate.defined());
     out.delegate.backward();
     const auto got = encoder->lstm().namedparams(), want = ref_encoder->namedparams();
-    for (std::size_t i = 0; i < got.size(); ++i) require_values(got[i].second.grad(), values(want[i].second.grad()), 1e-4, 1e-6);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      require_values(got[i].second.grad(), values(want[i].second.grad()), 1e-4, 1e-6);
   } else if (r == 1) {
     auto decoder = create_multi_node_n_step_rnn(make_lstm(8), comm, 0, -1);
     auto out = decoder->forward(Variable(), Variable(), target);
@@ -171,6 +172,7 @@ TEST_CASE("multi-node NStepLSTM: encoder state handed from rank 0 to rank 1, as 
     loss.backward();
     REQUIRE(loss.data().item() == Approx(ref_loss.data().item()).epsilon(1e-5));
     const auto got = decoder->lstm().namedparams(), want = ref_decoder->namedparams();
-    for (std::size_t i = 0; i < got.size(); ++i) require_values(got[i].second.grad(), values(want[i].second.grad()), 1e-4, 1e-6);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      require_values(got[i].second.grad(), values(want[i].second.grad()), 1e-4, 1e-6);
   }
 }

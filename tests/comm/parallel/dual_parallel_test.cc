@@ -72,7 +72,8 @@ void require_same_params(Linear& got, Linear& want) {
 Tensor whole_x(int step, int pairs) { return uniform({kBatch * pairs, kIn}, 1000 + step, -2.0, 2.0); }
 Tensor whole_t(int step, int pairs) {
   std::vector<std::int32_t> labels;
-  for (std::int64_t i = 0; i < kBatch * pairs; ++i) labels.push_back(static_cast<std::int32_t>((i * 7 + step) % kClasses));
+  for (std::int64_t i = 0; i < kBatch * pairs; ++i)
+    labels.push_back(static_cast<std::int32_t>((i * 7 + step) % kClasses));
   return from_vector(labels);
 }
 Tensor rows_of_pair(const Tensor& x, int pair) { return slice(x, 0, pair * kBatch, (pair + 1) * kBatch); }
