@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/check_finite.h"
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
 #include "core/ops/elementwise.h"
@@ -95,6 +96,8 @@ class BackwardEngine {
     std::vector<Tensor> grad_inputs = function.backward(grad_outputs);
     if (!options_.retain_graph) function.release_saved();
 
+    if (check_finite_enabled()) check_gradients_finite(function, grad_outputs, grad_inputs);
+
     const auto& inputs = function.inputs();
     TANDEM_CHECK(grad_inputs.size() == inputs.size(), "backward: ", function.name(), " returned ", grad_inputs.size(),
                  " gradients for ", inputs.size(), " inputs");
@@ -108,6 +111,25 @@ class BackwardEngine {
                    " returned a gradient ", g.description(), " for input ", i, " of ", dtype_name(input->dtype),
                    shape_str(input->shape));
       accumulate(input, g);
+    }
+  }
+
+  // With check_finite on: the first NaN/Inf among the gradients a backward returned.
+  static void check_gradients_finite(const FunctionNode& function, const std::vector<Tensor>& grad_outputs,
+                                     const std::vector<Tensor>& grad_inputs) {
+    for (std::size_t i = 0; i < grad_inputs.size(); ++i) {
+      const std::string bad = first_nonfinite(grad_inputs[i]);
+      if (bad.empty()) continue;
+      std::string cause = "; the gradients it received are finite";
+      for (std::size_t j = 0; j < grad_outputs.size(); ++j) {
+        const std::string bad_output = first_nonfinite(grad_outputs[j]);
+        if (!bad_output.empty()) {
+          cause = detail::concat("; the gradient of its output ", j, " already holds ", bad_output);
+          break;
+        }
+      }
+      TANDEM_FAIL("check_finite: the backward of ", function.name(), " produced ", bad, " in the gradient of input ", i,
+                  check_finite_where(), cause);
     }
   }
 

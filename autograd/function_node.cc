@@ -2,13 +2,36 @@
 
 #include <atomic>
 
+#include "autograd/check_finite.h"
 #include "autograd/grad_mode.h"
 
 namespace tandem {
 
 namespace {
+
 std::atomic<std::int64_t> next_sequence_number{0};
+
+// With check_finite on: the first NaN/Inf among the outputs is an error that says whether the
+// function made it or was handed it (a leaf: data or a parameter).
+void check_outputs_finite(const std::string& function, const std::vector<Tensor>& inputs,
+                          const std::vector<Tensor>& outputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const std::string bad = first_nonfinite(outputs[i]);
+    if (bad.empty()) continue;
+    std::string cause = "; its inputs are finite";
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      const std::string bad_input = first_nonfinite(inputs[j]);
+      if (!bad_input.empty()) {
+        cause = detail::concat("; its input ", j, " already holds ", bad_input);
+        break;
+      }
+    }
+    TANDEM_FAIL("check_finite: ", function, " produced ", bad, " in output ", i, " in forward", check_finite_where(),
+                cause);
+  }
 }
+
+}  // namespace
 
 Variables FunctionNode::apply(const Variables& inputs) {
   std::vector<Tensor> input_data;
@@ -33,6 +56,7 @@ Variables FunctionNode::apply(const Variables& inputs) {
   }
 
   std::vector<Tensor> output_data = forward(input_data);
+  if (check_finite_enabled()) check_outputs_finite(name(), input_data, output_data);
 
   Variables outputs;
   outputs.reserve(output_data.size());

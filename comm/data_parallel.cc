@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 
+#include "autograd/check_finite.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "layers/link.h"
@@ -79,12 +80,17 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
   for (auto& [dtype, entries] : by_dtype(link)) {
     Tensor flat({total_numel(entries)}, dtype);
     char* out = static_cast<char*>(flat.raw_data());
-    std::string missing;
+    std::string missing, nonfinite;
+    const bool check_finite = check_finite_enabled();
     for (const Entry& e : entries) {
       const Tensor& grad = e.param.grad();
       const std::size_t bytes = e.param.data().nbytes();
       if (grad.defined()) {
         std::memcpy(out, grad.raw_data(), bytes);
+        if (check_finite && nonfinite.empty()) {
+          const std::string bad = first_nonfinite(grad);
+          if (!bad.empty()) nonfinite = "'" + e.name + "' holds " + bad;
+        }
       } else {
         if (!zero_fill && missing.empty()) missing = "'" + e.name + "' (" + e.param.data().description() + ")";
         std::memset(out, 0, bytes);
@@ -93,18 +99,24 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
     }
     // A missing gradient must stop every rank, not just this one (the others would wait in
     // the allreduce): the digest then differs, so the collective fails everywhere.
-    const std::string why = detail::concat("multi_node_mean_grad: parameter ", missing, " has no gradient on rank ",
-                                           rank_, "; pass zero_fill = true to count a missing gradient as zeros");
+    // So must a NaN/Inf under check_finite, before the mean spreads it to every rank.
+    const std::string why =
+        !missing.empty()
+            ? detail::concat("multi_node_mean_grad: parameter ", missing, " has no gradient on rank ", rank_,
+                             "; pass zero_fill = true to count a missing gradient as zeros")
+            : detail::concat("check_finite: multi_node_mean_grad: on rank ", rank_, " the gradient of parameter ",
+                             nonfinite, " before the allreduce");
+    const bool fault = !missing.empty() || !nonfinite.empty();
     Tensor mean;
     try {
-      mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries) + (missing.empty() ? 0 : 1),
+      mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries) + (fault ? 1 : 0),
                                "multi_node_mean_grad");
     } catch (const Error& e) {
-      if (!missing.empty()) TANDEM_FAIL(why);
+      if (fault) TANDEM_FAIL(why);
       TANDEM_FAIL("multi_node_mean_grad on rank ", rank_, ": the ranks' models differ, or another rank lacks a "
-                  "gradient (without zero_fill); ", e.what());
+                  "gradient (without zero_fill) or has a NaN/Inf gradient (with check_finite); ", e.what());
     }
-    TANDEM_CHECK(missing.empty(), why);
+    TANDEM_CHECK(!fault, why);
     std::int64_t begin = 0;
     for (Entry& e : entries) {
       e.param.set_grad(mean.slice_rows(begin, begin + e.param.numel()).reshape(e.param.shape()));

@@ -4,6 +4,9 @@
 // on rank 0 handing its state to a decoder on rank 1) against one process.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
+#include "autograd/check_finite.h"
 #include "autograd/functions.h"
 #include "comm/links/multi_node_n_step_rnn.h"
 #include "comm/optimizers/multi_node_optimizer.h"
@@ -122,6 +125,29 @@ TEST_CASE("multi_node_mean_grad: a missing gradient stops every rank; zero_fill 
   require_values(model.W().grad(), std::vector<double>(4, (n + 1) / 2.0), 1e-6);
   require_values(model.b().grad(), std::vector<double>(2, (n - 1.0) / n), 1e-6);
   REQUIRE(model.b().grad().defined());
+}
+
+TEST_CASE("check_finite: a NaN gradient stops every rank before the allreduce, naming its rank and parameter") {
+  auto comm = world();
+  const int n = comm->size(), r = comm->rank();
+  set_check_finite(true);
+  Linear model(2, 2);
+  model.W().set_grad(full({2, 2}, 1.0));
+  model.b().set_grad(full({2}, 1.0));
+  if (r == n - 1) model.b().set_grad(from_vector<float>({0, std::numeric_limits<float>::quiet_NaN()}, {2}));
+  if (r == n - 1) {
+    REQUIRE_THROWS_WITH(comm->multi_node_mean_grad(model),
+                        Contains("check_finite: multi_node_mean_grad: on rank " + std::to_string(r)) &&
+                            Contains("'b' holds NaN at [1] of f32[2] before the allreduce"));
+  } else {
+    REQUIRE_THROWS_WITH(comm->multi_node_mean_grad(model), Contains("has a NaN/Inf gradient"));
+  }
+  // Forward errors name the rank too (the communicator labels the process).
+  REQUIRE_THROWS_WITH(F::log(Variable(full({1}, -1.0))),
+                      Contains("check_finite: log produced NaN") &&
+                          Contains("on rank " + std::to_string(r) + " of " + std::to_string(n)));
+  set_check_finite(false);
+  comm->barrier();
 }
 
 TEST_CASE("multi-node evaluator averages every metric over the ranks") {
