@@ -1,10 +1,14 @@
 #include "training/trainer.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "core/ops.h"
 #include "layers/serializers/serializers.h"
@@ -30,6 +34,22 @@ const Tensor& entry(const NamedTensors& entries, const std::string& name, const 
   for (const auto& e : entries)
     if (e.first == name) return e.second;
   TANDEM_FAIL("load_snapshot: ", path, " has no entry '", name, "' (not a tandem trainer snapshot?)");
+}
+
+// Counters and indices are read as integers: a float entry (NaN, 1e300) does not convert to one.
+std::vector<std::int64_t> integers(const NamedTensors& entries, const std::string& name, const std::string& path) {
+  const Tensor& tensor = entry(entries, name, path);
+  TANDEM_CHECK(tensor.dtype() == DType::i64 || tensor.dtype() == DType::i32, "load_snapshot: ", path, ": '", name,
+               "' must hold integers, got ", tensor.description());
+  return tensor.to_vector<std::int64_t>();
+}
+
+// A counter is below 2^53: it is reported as a double, and the next step must not overflow it.
+std::int64_t counter(const NamedTensors& entries, const std::string& name, const std::string& path) {
+  const std::vector<std::int64_t> values = integers(entries, name, path);
+  TANDEM_CHECK(values.size() == 1 && values[0] >= 0 && values[0] < (std::int64_t(1) << 53), "load_snapshot: ", path,
+               ": '", name, "' must be one count in [0, 2^53), got ", entry(entries, name, path));
+  return values[0];
 }
 
 }  // namespace
@@ -73,6 +93,7 @@ void Trainer::run() {
   start_ = std::chrono::steady_clock::now();
   while (!done()) {
     observation_ = updater_->update();
+    inject_fault_if_requested("update", updater_->iteration());
     for (auto& e : extensions_) e.extension->observe(*this, observation_);
     for (auto& e : extensions_)
       if (fires(e.trigger)) (*e.extension)(*this);
@@ -102,16 +123,87 @@ void Trainer::load_snapshot(const std::string& path) {
   load_link_state(*model_, with_prefix_removed(entries, "model"), true, path);
   updater_->optimizer().load_state_dict(with_prefix_removed(entries, "optimizer"));
   IteratorState it;
-  it.epoch = static_cast<std::int64_t>(entry(entries, "iterator/epoch", path).item());
-  it.position = static_cast<std::int64_t>(entry(entries, "iterator/position", path).item());
+  it.epoch = counter(entries, "iterator/epoch", path);
+  it.position = counter(entries, "iterator/position", path);
   it.is_new_epoch = entry(entries, "iterator/is_new_epoch", path).item() != 0;
   it.previous_epoch_detail = entry(entries, "iterator/previous_epoch_detail", path).item();
-  it.order = entry(entries, "iterator/order", path).to_vector<std::int64_t>();
+  it.order = integers(entries, "iterator/order", path);
   it.rng = tensor_to_string(entry(entries, "iterator/rng", path));
   updater_->iterator().restore(it);
-  updater_->set_iteration(static_cast<std::int64_t>(entry(entries, "trainer/iteration", path).item()));
+  updater_->set_iteration(counter(entries, "trainer/iteration", path));
   elapsed_before_ = entry(entries, "trainer/elapsed_time", path).item();
   for (auto& e : extensions_) e.extension->restore(with_prefix_removed(entries, "extensions/" + e.extension->name()));
+}
+
+namespace {
+
+struct FaultPlan {
+  bool armed = false;
+  int rank = -1;
+  std::int64_t iteration = -1;
+  std::string point = "update";
+  std::string action = "throw";
+};
+
+// The launcher's rank of this process: the Trainer knows nothing of MPI, and the plan must not
+// depend on a communicator existing.
+int launcher_rank() {
+  for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  return 0;
+}
+
+FaultPlan parse_fault_plan(const std::string& text) {
+  FaultPlan plan;
+  const auto bad = [&text](const std::string& why) {
+    TANDEM_FAIL("TANDEM_FAULT_INJECT='", text, "': ", why,
+                " (expected rank=R,iteration=N[,point=update|snapshot][,action=throw|kill])");
+  };
+  std::istringstream fields(text);
+  std::string field;
+  while (std::getline(fields, field, ',')) {
+    const auto eq = field.find('=');
+    if (eq == std::string::npos) bad("'" + field + "' is not key=value");
+    const std::string key = field.substr(0, eq), value = field.substr(eq + 1);
+    const auto number = [&]() -> std::int64_t {
+      if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value.size() > 15)
+        bad(key + " must be a non-negative integer");
+      return std::stoll(value);
+    };
+    if (key == "rank") {
+      plan.rank = static_cast<int>(number());
+    } else if (key == "iteration") {
+      plan.iteration = number();
+    } else if (key == "point") {
+      if (value != "update" && value != "snapshot") bad("point is update or snapshot");
+      plan.point = value;
+    } else if (key == "action") {
+      if (value != "throw" && value != "kill") bad("action is throw or kill");
+      plan.action = value;
+    } else {
+      bad("unknown key '" + key + "'");
+    }
+  }
+  if (plan.rank < 0 || plan.iteration < 0) bad("rank and iteration are required");
+  plan.armed = true;
+  return plan;
+}
+
+}  // namespace
+
+void inject_fault_if_requested(const std::string& point, std::int64_t iteration) {
+  static const FaultPlan plan = [] {
+    const char* text = std::getenv("TANDEM_FAULT_INJECT");
+    return text && *text ? parse_fault_plan(text) : FaultPlan{};
+  }();
+  if (!plan.armed || plan.iteration != iteration || plan.point != point) return;
+  static const int rank = launcher_rank();
+  if (plan.rank != rank) return;
+  if (plan.action == "kill") {
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGKILL);
+  }
+  TANDEM_FAIL("injected fault (TANDEM_FAULT_INJECT) on rank ", rank, " at iteration ", iteration, " (", point, ")");
 }
 
 }  // namespace tandem

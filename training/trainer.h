@@ -62,7 +62,8 @@ class Trainer {
   Observation& observation() { return observation_; }
 
   // Everything needed to continue exactly: model, optimizer, iterator, trainer and extension
-  // state. Written atomically; load it before run() to resume.
+  // state. Written atomically (write_npz: a temporary file in the same directory, fsync, then
+  // rename), so a crash never leaves a truncated snapshot. Load it before run() to resume.
   void save_snapshot(const std::string& path) const;
   void load_snapshot(const std::string& path);
 
@@ -85,5 +86,18 @@ class Trainer {
   std::chrono::steady_clock::time_point start_;
   double elapsed_before_ = 0;  // from a resumed snapshot
 };
+
+// A testing aid: makes one process fail on purpose, to test what the others do (a crash, or an
+// exception, mid-training). Read once from the environment:
+//   TANDEM_FAULT_INJECT="rank=R,iteration=N[,point=update|snapshot][,action=throw|kill]"
+// The process whose MPI world rank is R (the launcher's PMI_RANK or OMPI_COMM_WORLD_RANK; 0
+// without a launcher) fails when it reaches `point` at iteration N:
+//   point=update (default): in Trainer::run, after iteration N's update, before its extensions;
+//   point=snapshot: in MultiNodeSnapshotWriter, after this rank's snapshot of iteration N is on
+//     disk and before the ranks agree that the snapshot is complete.
+//   action=throw (default): throws tandem::Error("injected fault (TANDEM_FAULT_INJECT) ...");
+//   action=kill: the process sends itself SIGKILL (a crash: no message, no cleanup).
+// Unset or empty: nothing happens. A malformed value is an error at the first check.
+void inject_fault_if_requested(const std::string& point, std::int64_t iteration);
 
 }  // namespace tandem

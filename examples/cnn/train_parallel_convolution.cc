@@ -14,6 +14,7 @@
 #include "autograd/functions.h"
 #include "comm/data/multi_node_iterator.h"
 #include "comm/links/parallel_convolution_2d.h"
+#include "comm/training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   defaults.unit_help = "channels of the first convolutions (then twice as many); at least one per rank";
   examples::add_training_flags(flags, "examples per minibatch (every rank sees the whole batch)",
                                "directory for the log and snapshots (rank R > 0 writes to <out>/rank<R>)",
-                               "'latest': resume every rank from its own newest snapshot", defaults);
+                               "'latest': continue from the newest snapshot that every rank completed", defaults);
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
   const int status =
@@ -118,16 +119,13 @@ int main(int argc, char** argv) {
   auto evaluator = std::make_shared<Evaluator>(test_iter, classifier_eval(model));
   trainer.extend(evaluator);
   if (rank == 0) examples::extend_with_report(trainer);
-  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+  trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
-  std::string resume = flags.get_string("resume");
+  const std::string resume = flags.get_string("resume");
   if (!resume.empty()) {
-    TANDEM_CHECK(resume == "latest", "train_parallel_convolution: --resume takes 'latest' (each rank resumes from its "
-                 "own snapshots), not '", resume, "'");
-    resume = latest_snapshot(out);
-    TANDEM_CHECK(!resume.empty(), "train_parallel_convolution: --resume latest: no snapshot in ", out, " (rank ", rank,
-                 ")");
-    trainer.load_snapshot(resume);
+    TANDEM_CHECK(resume == "latest", "train_parallel_convolution: --resume takes 'latest' (the newest snapshot that "
+                 "every rank completed), not '", resume, "'");
+    trainer.load_snapshot(latest_complete_snapshot(*comm, out).path);
     if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
   }
   const std::int64_t first_epoch = trainer.updater().epoch();

@@ -11,6 +11,7 @@
 #include "comm/data/data.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "comm/training/multi_node_evaluator.h"
+#include "comm/training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
@@ -29,7 +30,7 @@ int main(int argc, char** argv) {
                         "Run with: /usr/bin/mpiexec.mpich -n N train_mnist_data_parallel [flags]");
   examples::add_training_flags(flags, "examples per minibatch on each rank",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
-                               "'latest': continue from each rank's newest snapshot");
+                               "'latest': continue from the newest snapshot that every rank completed");
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_data_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -65,15 +66,13 @@ int main(int argc, char** argv) {
                 batchsize, epochs);
     examples::extend_with_report(trainer);
   }
-  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+  trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
   const std::string resume = flags.get_string("resume");
-  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_data_parallel: --resume takes 'latest' (each rank "
-               "resumes from its own snapshots)");
+  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_data_parallel: --resume takes 'latest' (the newest "
+               "snapshot that every rank completed)");
   if (resume == "latest") {
-    const std::string path = latest_snapshot(out);
-    TANDEM_CHECK(!path.empty(), "train_mnist_data_parallel: --resume latest: no snapshot in ", out, " (rank ", rank,
-                 ")");
+    const std::string path = latest_complete_snapshot(*comm, out).path;
     {
       NoGradGuard no_grad;  // sizes the lazy layers before the weights load
       const Example batch = train->get_batch({0});

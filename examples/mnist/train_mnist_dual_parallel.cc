@@ -24,6 +24,7 @@
 #include "comm/links/multi_node_chain_list.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "comm/training/multi_node_evaluator.h"
+#include "comm/training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   examples::add_training_flags(flags, "examples per minibatch of each pair (the global minibatch is this times the "
                                "number of pairs)",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
-                               "'latest': continue from each rank's newest snapshot");
+                               "'latest': continue from the newest snapshot that every rank completed");
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_dual_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -56,8 +57,8 @@ int main(int argc, char** argv) {
   TANDEM_CHECK(comm->size() % 2 == 0, "train_mnist_dual_parallel runs on an even number of ranks (pairs of ranks; "
                "mpiexec.mpich -n 4), not ", comm->size());
   const std::string resume = flags.get_string("resume");
-  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_dual_parallel: --resume takes 'latest' (each rank "
-               "resumes from its own snapshots)");
+  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_dual_parallel: --resume takes 'latest' (the newest "
+               "snapshot that every rank completed)");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
   manual_seed(seed + rank);  // different initial weights: each half's first update broadcasts pair 0's
 
@@ -135,12 +136,10 @@ int main(int argc, char** argv) {
         static_cast<long long>(test->size()), units, batchsize, epochs);
     examples::extend_with_report(trainer);
   }
-  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+  trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
   if (resume == "latest") {
-    const std::string path = latest_snapshot(out);
-    TANDEM_CHECK(!path.empty(), "train_mnist_dual_parallel: --resume latest: no snapshot in ", out, " (rank ", rank,
-                 ")");
+    const std::string path = latest_complete_snapshot(*comm, out).path;
     {
       NoGradGuard no_grad;  // the lazy layers get their shapes from one forward pass (both ranks of a pair)
       forward_once();

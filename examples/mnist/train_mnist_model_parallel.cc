@@ -13,6 +13,7 @@
 #include "comm/data/empty_dataset.h"
 #include "comm/functions.h"
 #include "comm/links/multi_node_chain_list.h"
+#include "comm/training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
                         "Run with: /usr/bin/mpiexec.mpich -n 2 train_mnist_model_parallel [flags]");
   examples::add_training_flags(flags, "examples per minibatch",
                                "directory for the log and snapshots (rank 1 writes to <out>/rank1)",
-                               "snapshot to resume from ('latest': the newest one of each rank)");
+                               "'latest': continue from the newest snapshot that both ranks completed");
   flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_model_parallel", {"batchsize", "epoch", "unit"});
@@ -147,23 +148,19 @@ int main(int argc, char** argv) {
                 batchsize, epochs);
     examples::extend_with_report(trainer);
   }
-  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+  trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
-  std::string resume = flags.get_string("resume");
+  const std::string resume = flags.get_string("resume");
+  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_model_parallel: --resume takes 'latest' (the newest "
+               "snapshot that both ranks completed)");
   if (resume == "latest") {
-    resume = latest_snapshot(out);
-    TANDEM_CHECK(!resume.empty(), "train_mnist_model_parallel: --resume latest: no snapshot in ", out, " (rank ", rank,
-                 ")");
-  } else if (!resume.empty() && rank == 1) {
-    TANDEM_FAIL("train_mnist_model_parallel: --resume takes 'latest' (each rank resumes from its own snapshots)");
-  }
-  if (!resume.empty()) {
+    const std::string path = latest_complete_snapshot(*comm, out).path;
     // Lazily sized layers get their shapes from one forward pass (both ranks) before loading.
     {
       NoGradGuard no_grad;
       forward_once();
     }
-    trainer.load_snapshot(resume);
+    trainer.load_snapshot(path);
     if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
   }
   trainer.run();

@@ -15,6 +15,7 @@
 
 #include "autograd/functions.h"
 #include "comm/communicator.h"
+#include "comm/training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/seq2seq/seq2seq_data.h"
@@ -141,7 +142,7 @@ int main(int argc, char** argv) {
   flags.add_int("unit", 128, "units of the embeddings and the LSTM states");
   flags.add_int("layer", 1, "LSTM layers of the encoder and of the decoder");
   flags.add_string("out", "result", "directory for the log and snapshots (rank 1 writes to <out>/rank1)");
-  flags.add_string("resume", "", "snapshot to resume from ('latest': the newest one of each rank)");
+  flags.add_string("resume", "", "'latest': continue from the newest snapshot that both ranks completed");
   flags.add_string("data-dir", "", "a TSV file of 'source<TAB>target' lines of space-separated tokens, or a "
                    "directory holding pairs.tsv (none: generate the numbers task)");
   flags.add_int("numbers", 1000000, "without --data-dir: the numbers 0 .. numbers-1 make the corpus");
@@ -242,18 +243,13 @@ int main(int argc, char** argv) {
     trainer.extend(std::make_shared<ProgressBar>());
   }
   trainer.extend(std::make_shared<ShowTranslations>(comm, encoder, decoder, data, 4, max_length), Trigger::epochs(1));
-  trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(1));
+  trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
-  std::string resume = flags.get_string("resume");
-  if (resume == "latest") {
-    resume = latest_snapshot(out);
-    TANDEM_CHECK(!resume.empty(), "seq2seq_model_parallel: --resume latest: no snapshot in ", out, " (rank ", rank,
-                 ")");
-  } else if (!resume.empty() && rank == kDecoderRank) {
-    TANDEM_FAIL("seq2seq_model_parallel: --resume takes 'latest' (each rank resumes from its own snapshots)");
-  }
+  const std::string resume = flags.get_string("resume");
+  TANDEM_CHECK(resume.empty() || resume == "latest", "seq2seq_model_parallel: --resume takes 'latest' (the newest "
+               "snapshot that both ranks completed)");
   if (!resume.empty()) {
-    trainer.load_snapshot(resume);
+    trainer.load_snapshot(latest_complete_snapshot(*comm, out).path);
     if (rank == kEncoderRank) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
   }
   trainer.run();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -176,12 +177,27 @@ Tensor decode_npy(const std::string& bytes, const std::string& source) {
   const DType dtype = dtype_from_descr(header_field(header, "descr", source), source);
   const std::string fortran = header_field(header, "fortran_order", source);
   const Shape shape = parse_shape(header_field(header, "shape", source), source);
-  for (std::int64_t extent : shape)
+  // shape_numel and the byte count multiply the extents in int64: keep every partial product
+  // (that of the non-zero extents bounds them all, even when a later extent is 0) below 2^59.
+  std::int64_t nonzero_numel = 1;
+  for (std::int64_t extent : shape) {
     TANDEM_CHECK(extent >= 0 && extent < (std::int64_t(1) << 40), "npz: ", source, ": bad extent in shape");
+    if (extent == 0) continue;
+    TANDEM_CHECK(nonzero_numel <= (std::int64_t(1) << 59) / extent, "npz: ", source, ": shape ", shape_str(shape),
+                 " is too large");
+    nonzero_numel *= extent;
+  }
   const std::size_t nbytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
   TANDEM_CHECK(data_start <= bytes.size() && bytes.size() - data_start == nbytes, "npz: ", source, ": expected ", nbytes,
                " bytes of ", dtype_name(dtype), shape_str(shape), " data, found ",
                bytes.size() >= data_start ? bytes.size() - data_start : 0);
+  // Tensors hold booleans as C++ bool, for which any byte but 0 and 1 is undefined behaviour.
+  if (dtype == DType::boolean) {
+    const auto bad = std::find_if(bytes.begin() + static_cast<std::ptrdiff_t>(data_start), bytes.end(),
+                                  [](char c) { return c != 0 && c != 1; });
+    TANDEM_CHECK(bad == bytes.end(), "npz: ", source, ": a bool array holds the byte ",
+                 int(static_cast<unsigned char>(*bad)), " (booleans are 0 or 1)");
+  }
   if (fortran.rfind("True", 0) == 0 && shape.size() > 1) {
     // Column-major data is the row-major array of the reversed shape, transposed.
     const Shape reversed(shape.rbegin(), shape.rend());
@@ -258,7 +274,10 @@ NamedTensors parse_npz(const std::string& bytes, const std::string& source) {
     const std::size_t data_at = local + 30 + reader.u16(local + 26) + reader.u16(local + 28);
     std::string data = reader.slice(data_at, compressed);
     if (method == 8) {
-      TANDEM_CHECK(size < (std::size_t(1) << 36), "npz: ", source, ": entry '", name, "' is implausibly large");
+      // The output buffer is allocated before inflating, so the declared size must be one that
+      // the compressed bytes can produce: deflate never expands more than 1032:1.
+      TANDEM_CHECK(size < (std::size_t(1) << 36) && size / 1032 <= compressed, "npz: ", source, ": entry '", name,
+                   "' is implausibly large (", size, " bytes from ", compressed, " deflated)");
       data = inflate_raw(data, size, source + ":" + name);
     } else {
       TANDEM_CHECK(method == 0, "npz: ", source, ": entry '", name, "' uses zip method ", method,
@@ -287,6 +306,9 @@ Tensor string_to_tensor(const std::string& text) {
 }
 
 std::string tensor_to_string(const Tensor& tensor) {
+  // Only what string_to_tensor writes: converting another dtype (NaN, say) to int is undefined.
+  TANDEM_CHECK(tensor.defined() && tensor.dtype() == DType::i32, "npz: text must be stored as an i32 array, got ",
+               tensor.description());
   std::string text;
   for (std::int32_t c : tensor.to_vector<std::int32_t>()) text.push_back(static_cast<char>(c));
   return text;

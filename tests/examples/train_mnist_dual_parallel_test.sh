@@ -52,7 +52,7 @@ PY
 }
 check_run "$out" 60 1 "$TEST_TMPDIR/r4.txt" || { cat "$TEST_TMPDIR/r4.txt"; echo "FAIL: 4-rank results"; exit 1; }
 
-# Resume: every rank continues from its own newest snapshot.
+# Resume: every rank continues from the newest snapshot that all ranks completed.
 mpi 4 "$bin" --epoch 2 --unit 50 --batchsize 500 --out "$out" --resume latest > "$TEST_TMPDIR/resumed.txt" 2>&1 \
   || { cat "$TEST_TMPDIR/resumed.txt"; echo "FAIL: resume"; exit 1; }
 grep -q "resumed at iteration 60" "$TEST_TMPDIR/resumed.txt" || { cat "$TEST_TMPDIR/resumed.txt"; exit 1; }
@@ -98,5 +98,5 @@ expect_error() {  # expect_error NAME MESSAGE RANKS ARGS...
 expect_error odd "runs on an even number of ranks (pairs of ranks; mpiexec.mpich -n 4), not 3" 3 "$bin" --epoch 1
 expect_error gpu "train_mnist_dual_parallel: --gpu 0 needs the CUDA backend" 4 "$bin" --gpu 0
 expect_error flag "unknown flag --epochs" 4 "$bin" --epochs 3
-expect_error resume "no snapshot in $TEST_TMPDIR/none" 4 "$bin" --epoch 1 --out "$TEST_TMPDIR/none" --resume latest
+expect_error resume "no snapshot manifest $TEST_TMPDIR/none/snapshot_manifest.json" 4 "$bin" --epoch 1 --out "$TEST_TMPDIR/none" --resume latest
 echo PASS

@@ -13,6 +13,7 @@ for form in chainlist explicit; do
     || { cat "$TEST_TMPDIR/$form.txt"; echo "FAIL: $form run"; exit 1; }
   grep -q "final test accuracy" "$TEST_TMPDIR/$form.txt" || { cat "$TEST_TMPDIR/$form.txt"; exit 1; }
   test -f "$out/log" && test -f "$out/snapshot_iter_120.npz" && test -f "$out/rank1/snapshot_iter_120.npz" \
+    && test -f "$out/snapshot_manifest.json" \
     || { ls -R "$out"; echo "FAIL: $form outputs"; exit 1; }
   /usr/bin/python3 - "$out/log" <<'PY' || exit 1
 import json, sys

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Checkpoint/resume across ranks loses nothing: train_mnist_model_parallel is killed (SIGKILL)
+# mid-run, `--resume latest` continues from the newest snapshot that both ranks completed (the
+# manifest, comm/training/multi_node_snapshot.h), and the resumed run's per-epoch losses and
+# final accuracy match an uninterrupted run's with the same seed.
+#   1. rank 1 dies right after writing its epoch-2 snapshot, before the ranks agree on it
+#      (TANDEM_FAULT_INJECT, training/trainer.h): its newer file is ignored, the run resumes
+#      from epoch 1;
+#   2. rank 0 dies mid epoch 3: the run resumes from epoch 2;
+#   3. this script SIGKILLs rank 1 from outside at whatever point epoch 2 or 3 has reached.
+set -uo pipefail
+bin="examples/mnist/train_mnist_model_parallel"
+small=(--unit 50 --batchsize 500)
+export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
+t="$TEST_TMPDIR"
+fail() { echo "FAIL: $*"; exit 1; }
+mpi() { timeout --signal=KILL 300 /usr/bin/mpiexec.mpich -n 2 "$bin" "${small[@]}" "$@"; }
+manifest_iteration() {
+  /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["iteration"])' "$1/snapshot_manifest.json"
+}
+
+# A crashed run must end by itself (not by this script's timeout) with a non-zero status.
+expect_crash() {  # expect_crash NAME [mpi args...]
+  local name="$1"; shift
+  mpi "$@" > "$t/$name.txt" 2>&1
+  local status=$?
+  { [ "$status" -ne 0 ] && [ "$status" -ne 137 ]; } || { cat "$t/$name.txt"; fail "$name: status $status"; }
+}
+
+# Resumes OUT to epoch 3 from iteration FROM and compares it with the uninterrupted run.
+resume_and_compare() {  # resume_and_compare NAME FROM
+  local out="$t/$1"
+  mpi --epoch 3 --out "$out" --resume latest > "$t/$1.resumed.txt" 2>&1 \
+    || { cat "$t/$1.resumed.txt"; fail "$1: resume"; }
+  grep -q "^resumed at iteration $2\$" "$t/$1.resumed.txt" || { cat "$t/$1.resumed.txt"; fail "$1: not resumed at $2"; }
+  local a b
+  a=$(grep "final test accuracy" "$t/whole.txt")
+  b=$(grep "final test accuracy" "$t/$1.resumed.txt")
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "$1: final metrics differ: '$a' vs '$b'"
+  /usr/bin/python3 - "$t/whole/log" "$out/log" "$1" <<'PY' || fail "$1: the resumed log differs"
+import json, sys
+whole, resumed = (json.load(open(p)) for p in sys.argv[1:3])
+assert [e["epoch"] for e in whole] == [1, 2, 3], whole
+assert [e["epoch"] for e in resumed] == [1, 2, 3], resumed
+for w, r in zip(whole, resumed):
+    assert w["iteration"] == r["iteration"], (w, r)
+    for key in ("main/loss", "main/accuracy", "validation/main/loss", "validation/main/accuracy"):
+        assert abs(w[key] - r[key]) <= 1e-5 * abs(w[key]), (sys.argv[3], w["epoch"], key, w[key], r[key])
+print(sys.argv[3], "per-epoch main/loss:", [e["main/loss"] for e in resumed])
+PY
+}
+
+mpi --epoch 3 --out "$t/whole" > "$t/whole.txt" 2>&1 || { cat "$t/whole.txt"; fail "the uninterrupted run"; }
+
+# 1. Rank 1 crashes between writing its snapshot of iteration 240 and the agreement.
+TANDEM_FAULT_INJECT="rank=1,iteration=240,point=snapshot,action=kill" expect_crash cut1 --epoch 3 --out "$t/cut1"
+test -f "$t/cut1/rank1/snapshot_iter_240.npz" || { ls -R "$t/cut1"; fail "cut1: rank 1 did not write iteration 240"; }
+[ "$(manifest_iteration "$t/cut1")" = 120 ] || { cat "$t/cut1/snapshot_manifest.json"; fail "cut1: manifest"; }
+resume_and_compare cut1 120
+
+# 2. Rank 0 crashes mid epoch 3.
+TANDEM_FAULT_INJECT="rank=0,iteration=300,action=kill" expect_crash cut2 --epoch 3 --out "$t/cut2"
+[ "$(manifest_iteration "$t/cut2")" = 240 ] || { cat "$t/cut2/snapshot_manifest.json"; fail "cut2: manifest"; }
+resume_and_compare cut2 240
+
+# 3. A SIGKILL from outside, once epoch 1's snapshot is complete.
+out="$t/cut3"
+mpi --epoch 100 --out "$out" > "$t/cut3.txt" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  [ -f "$out/snapshot_manifest.json" ] && break
+  sleep 0.05
+done
+pid=""
+for p in $(pgrep -f -- "--out $out\$"); do
+  grep -qz "^PMI_RANK=1\$" "/proc/$p/environ" 2>/dev/null && pid=$p
+done
+[ -n "$pid" ] || { cat "$t/cut3.txt"; fail "cut3: rank 1's process not found"; }
+kill -KILL "$pid"
+wait "$job"
+status=$?
+{ [ "$status" -ne 0 ] && [ "$status" -ne 137 ]; } || { cat "$t/cut3.txt"; fail "cut3: status $status"; }
+from=$(manifest_iteration "$out")
+echo "cut3: killed rank 1 (pid $pid); the manifest names iteration $from"
+[ "$from" -ge 120 ] && [ "$from" -le 360 ] && [ $((from % 120)) -eq 0 ] || fail "cut3: manifest iteration $from"
+resume_and_compare cut3 "$from"
+echo PASS
