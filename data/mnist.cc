@@ -102,6 +102,18 @@ void decode_idx(const std::uint8_t* payload, std::int64_t count, std::uint8_t ty
   }
 }
 
+// Tensors count elements (and compute strides) in int64, so a shape whose non-zero extents
+// multiply past 2^63 cannot become one, even when another extent is 0 and there is no data.
+void check_tensor_shape(const Shape& shape, const std::string& context) {
+  std::int64_t product = 1;
+  for (std::int64_t extent : shape) {
+    if (extent == 0) continue;
+    TANDEM_CHECK(product <= std::numeric_limits<std::int64_t>::max() / extent, context, ": the shape ", shape,
+                 " is too large for a tensor (its non-zero extents multiply past 2^63)");
+    product *= extent;
+  }
+}
+
 struct GzCloser {
   void operator()(gzFile_s* file) const { gzclose(file); }
 };
@@ -166,6 +178,7 @@ Tensor parse_idx(const std::uint8_t* data, std::size_t size, DType dtype, const 
   TANDEM_CHECK(dtype != DType::boolean && (!floating_data || is_floating(dtype)), context, ": cannot decode ",
                idx_type_name(header.type_code), " IDX data to ", dtype_name(dtype),
                floating_data ? " (floating data decodes to f32 or f64)" : " (decode to a numeric dtype)");
+  check_tensor_shape(header.shape, context);
   Tensor out(header.shape, dtype);
   const std::uint8_t* payload = data + header.header_bytes;
   TANDEM_DISPATCH_NUMERIC(dtype, "parse_idx", [&] {
@@ -253,6 +266,7 @@ Tensor load_images(const std::string& path, const MnistOptions& options) {
   std::vector<std::uint8_t> bytes;
   const IdxHeader header = read_mnist_file(path, kImagesMagic, "image", bytes);
   // The magic number fixes u8 data of 3 axes: [count, rows, cols].
+  check_tensor_shape(header.shape, "get_mnist: " + path);
   const std::int64_t n = header.shape[0], rows = header.shape[1], cols = header.shape[2];
   Shape shape;
   switch (options.ndim) {

@@ -13,6 +13,7 @@ PACKAGES=(
   zlib1g-dev
   dataset-fashion-mnist
   python3-numpy  # tests: .npz files must round-trip with NumPy
+  clang lld libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: clang 14, lld, libFuzzer + sanitizer runtimes, OpenMP
 )
 
 missing=()

@@ -59,9 +59,18 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
   for (auto& [name, param] : target()->namedparams()) params[name] = param;
   std::map<std::string, State> states;
   std::int64_t t = -1, epoch = -1;
+  // The counters as integers (a float such as NaN or 1e300 does not convert to one), below 2^53
+  // (they are reported as doubles, and the next update must not overflow them).
+  const auto counter = [this](const std::string& key, const Tensor& tensor) {
+    TANDEM_CHECK(tensor.numel() == 1 && (tensor.dtype() == DType::i64 || tensor.dtype() == DType::i32), type_name(),
+                 ": state '", key, "' must be an integer scalar, got ", tensor.description());
+    const std::int64_t value = tensor.to_vector<std::int64_t>()[0];
+    TANDEM_CHECK(value < (std::int64_t(1) << 53), type_name(), ": state '", key, "' is implausibly large: ", value);
+    return value;
+  };
   for (const auto& [key, tensor] : entries) {
-    if (key == "t") { t = static_cast<std::int64_t>(tensor.item()); continue; }
-    if (key == "epoch") { epoch = static_cast<std::int64_t>(tensor.item()); continue; }
+    if (key == "t") { t = counter(key, tensor); continue; }
+    if (key == "epoch") { epoch = counter(key, tensor); continue; }
     const auto slash = key.rfind('/');
     TANDEM_CHECK(slash != std::string::npos, type_name(), ": unexpected optimizer state entry '", key, "'");
     const std::string param_name = key.substr(0, slash);
@@ -72,6 +81,13 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     states[param_name][key.substr(slash + 1)] = tensor.clone();
   }
   TANDEM_CHECK(t >= 0 && epoch >= 0, type_name(), ": the saved state has no 't'/'epoch' entries");
+  // A parameter's state is all or nothing: update_one reads every entry that init_state makes.
+  for (const auto& [param_name, state] : states) {
+    State expected;
+    init_state(params.at(param_name), expected);
+    for (const auto& [key, tensor] : expected)
+      TANDEM_CHECK(state.count(key), type_name(), ": the saved state of '", param_name, "' has no '", key, "'");
+  }
   t_ = t;
   epoch_ = epoch;
   states_ = std::move(states);
