@@ -68,13 +68,8 @@ class BatchNormalization : public FunctionNode {
     const auto [sum_gy, sum_gy_xmu] = batch_norm_backward_sums(gy, x, mean);
     Tensor gx, ggamma, gbeta;
     if (needs_input_grad(0)) {
-      // gx = gamma * invstd * (gy - mean(gy) - xhat * mean(gy * xhat)), as one affine map of
-      // gy and x per channel: gy * k1 + x * k2 + k3.
-      const double inv_m = 1.0 / static_cast<double>(std::max<std::int64_t>(per_channel_count(x), 1));
-      const Tensor k1 = mul(gamma, invstd);
-      const Tensor k2 = mul(mul(k1, square(invstd)), mul(sum_gy_xmu, -inv_m));
-      const Tensor k3 = sub(mul(mul(k1, sum_gy), -inv_m), mul(mean, k2));
-      gx = channel_affine(gy, k1, x, k2, k3);
+      gx = batch_norm_grad_x(gy, x, gamma, mean, invstd, sum_gy, sum_gy_xmu,
+                             static_cast<double>(per_channel_count(x)));
     }
     if (needs_input_grad(1)) ggamma = mul(sum_gy_xmu, invstd);
     if (needs_input_grad(2)) gbeta = sum_gy;

@@ -84,17 +84,11 @@ class MultiNodeBatchNormalization final : public FunctionNode {
     const auto [sum_gy, sum_gy_xmu] = batch_norm_backward_sums(gy, x, mean);
     Tensor gx;
     if (needs_input_grad(0)) {
-      // As in batch_normalization, with the sums and the count over the global batch:
-      // gx = gamma * invstd * (gy - mean(gy) - xhat * mean(gy * xhat)) = gy * k1 + x * k2 + k3.
+      // As in batch_normalization, with the sums and the count over the global batch.
       CommBackwardScope scope;
       const Tensor global = comm_->allreduce(concat({sum_gy, sum_gy_xmu}, 0), AllreduceOp::sum);
-      const Tensor global_gy = global.slice_rows(0, channels),
-                   global_gy_xmu = global.slice_rows(channels, 2 * channels);
-      const double inv_m = 1.0 / count_;
-      const Tensor k1 = mul(gamma, invstd);
-      const Tensor k2 = mul(mul(k1, square(invstd)), mul(global_gy_xmu, -inv_m));
-      const Tensor k3 = sub(mul(mul(k1, global_gy), -inv_m), mul(mean, k2));
-      gx = channel_affine(gy, k1, x, k2, k3);
+      gx = batch_norm_grad_x(gy, x, gamma, mean, invstd, global.slice_rows(0, channels),
+                             global.slice_rows(channels, 2 * channels), count_);
     }
     Tensor ggamma, gbeta;
     if (needs_input_grad(1)) ggamma = mul(sum_gy_xmu, invstd);

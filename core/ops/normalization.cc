@@ -1,7 +1,10 @@
 #include "core/ops/normalization.h"
 
+#include <algorithm>
+
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/elementwise.h"
 
 namespace tandem {
 
@@ -65,6 +68,15 @@ std::pair<Tensor, Tensor> batch_norm_backward_sums(const Tensor& gy, const Tenso
   Tensor s0({v.channels}, x.dtype(), x.device()), s1({v.channels}, x.dtype(), x.device());
   backend_for(x.device(), op).batch_norm_backward_sums(gy, x, mean, v.outer, v.channels, v.inner, s0, s1);
   return {s0, s1};
+}
+
+Tensor batch_norm_grad_x(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& sum_gy, const Tensor& sum_gy_xmu, double count) {
+  const double inv_m = 1.0 / std::max(count, 1.0);
+  const Tensor k1 = mul(gamma, invstd);
+  const Tensor k2 = mul(mul(k1, square(invstd)), mul(sum_gy_xmu, -inv_m));
+  const Tensor k3 = sub(mul(mul(k1, sum_gy), -inv_m), mul(mean, k2));
+  return channel_affine(gy, k1, x, k2, k3);
 }
 
 }  // namespace tandem

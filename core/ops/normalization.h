@@ -23,4 +23,11 @@ Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, con
 // are [N, C, ...] of one shape, mean is [C].
 std::pair<Tensor, Tensor> batch_norm_backward_sums(const Tensor& gy, const Tensor& x, const Tensor& mean);
 
+// The gradient of x for normalisation with batch statistics, from those sums over `count`
+// values per channel (this process's batch, or all ranks' for the multi-node version):
+// gx = gamma * invstd * (gy - mean(gy) - xhat * mean(gy * xhat)), as one per-channel affine map
+// of gy and x (gy * k1 + x * k2 + k3).
+Tensor batch_norm_grad_x(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& sum_gy, const Tensor& sum_gy_xmu, double count);
+
 }  // namespace tandem
