@@ -35,10 +35,11 @@
 #include <string>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
+// ASan and TSan reserve terabytes of shadow memory: no address-space limit under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define TANDEM_FUZZ_ASAN 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define TANDEM_FUZZ_ASAN 1
 #endif
 #endif
