@@ -4,8 +4,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -20,10 +22,8 @@ std::string make_temp_dir() {
   std::string pattern = std::string(base != nullptr && base[0] != '\0' ? base : "/tmp") + "/tandem_fuzz.XXXXXX";
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
-  if (::mkdtemp(buffer.data()) == nullptr) {
-    std::perror("tandem::fuzz::temp_dir: mkdtemp");
-    std::abort();
-  }
+  FUZZ_REQUIRE(::mkdtemp(buffer.data()) != nullptr,
+               std::string("tandem::fuzz::temp_dir: mkdtemp failed: ") + std::strerror(errno));
   return buffer.data();
 }
 
@@ -83,7 +83,7 @@ const std::string& temp_dir() {
 void write_file(const std::string& path, const void* data, std::size_t size) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
-  require(out.good(), "tandem::fuzz::write_file: cannot write the input to a temporary file");
+  FUZZ_REQUIRE(out.good(), "tandem::fuzz::write_file: cannot write the input to a temporary file");
 }
 
 void consume(const Tensor& tensor) {
@@ -93,9 +93,8 @@ void consume(const Tensor& tensor) {
   (void)sink;
 }
 
-void require(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "fuzz invariant broken: %s\n", what);
+void fail(const char* file, int line, const char* condition, const std::string& what) {
+  std::fprintf(stderr, "%s:%d: fuzz invariant broken: %s (%s)\n", file, line, what.c_str(), condition);
   std::abort();
 }
 

@@ -24,9 +24,13 @@ void write_file(const std::string& path, const void* data, std::size_t size);
 // (e.g. a bool that is neither 0 nor 1) reach the sanitizers.
 void consume(const Tensor& tensor);
 
-// Fails the process with `what` when `condition` is false: a broken invariant is a bug even
-// when no sanitizer notices it.
-void require(bool condition, const char* what);
+// Fails the process (abort, naming file:line and the condition) unless `condition` holds: a
+// broken invariant is a bug even when no sanitizer notices it. `what` is evaluated on failure.
+#define FUZZ_REQUIRE(condition, what)                                                      \
+  do {                                                                                     \
+    if (!(condition)) ::tandem::fuzz::fail(__FILE__, __LINE__, #condition, std::string(what)); \
+  } while (0)
+[[noreturn]] void fail(const char* file, int line, const char* condition, const std::string& what);
 
 // The zip archive with the CRC-32 of every entry that can be located recomputed (best effort,
 // bounds-checked), so that mutations of an entry's data reach the .npy decoder instead of

@@ -22,8 +22,8 @@ namespace {
 const std::string& mnist_dir() {
   static const std::string dir = [] {
     const std::string made = fuzz::temp_dir() + "/mnist";
-    fuzz::require(::mkdir(made.c_str(), 0755) == 0, "idx_fuzzer: cannot create the MNIST directory");
-    fuzz::require(::symlink("train-images-idx3-ubyte", (made + "/t10k-images-idx3-ubyte").c_str()) == 0,
+    FUZZ_REQUIRE(::mkdir(made.c_str(), 0755) == 0, "idx_fuzzer: cannot create the MNIST directory");
+    FUZZ_REQUIRE(::symlink("train-images-idx3-ubyte", (made + "/t10k-images-idx3-ubyte").c_str()) == 0,
                   "idx_fuzzer: cannot create the t10k symlink");
     return made;
   }();
@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.dtype = data[size - 1] / 3 % 2 ? DType::f32 : DType::f64;
   try {
     auto [train, test] = get_mnist(options);
-    fuzz::require(train->size() == test->size(), "idx_fuzzer: the same file gave two sizes");
+    FUZZ_REQUIRE(train->size() == test->size(), "idx_fuzzer: the same file gave two sizes");
     fuzz::consume(train->fields().at(0));
   } catch (const Error&) {
   }

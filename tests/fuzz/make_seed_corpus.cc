@@ -57,11 +57,10 @@ void write(const fs::path& path, const Bytes& bytes) { write(path, bytes.data(),
 
 void write_gzip(const fs::path& path, const Bytes& bytes) {
   gzFile file = gzopen(path.c_str(), "wb9");
-  if (file == nullptr || gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) != static_cast<int>(bytes.size()) ||
-      gzclose(file) != Z_OK) {
-    std::fprintf(stderr, "make_seed_corpus: cannot write %s\n", path.c_str());
-    std::exit(1);
-  }
+  FUZZ_REQUIRE(file != nullptr &&
+                   gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()) &&
+                   gzclose(file) == Z_OK,
+               "make_seed_corpus: cannot write " + path.string());
   std::printf("%s (gzip of %zu bytes)\n", path.c_str(), bytes.size());
 }
 

@@ -40,15 +40,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const MessageHeader& header = message.header;
-  fuzz::require(message.header_bytes <= size, "message_fuzzer: the header ends past the message");
-  fuzz::require(message.header_bytes == encoded_header_size(header), "message_fuzzer: header size mismatch");
-  fuzz::require(!header.describe().empty(), "message_fuzzer: empty description");
+  FUZZ_REQUIRE(message.header_bytes <= size, "message_fuzzer: the header ends past the message");
+  FUZZ_REQUIRE(message.header_bytes == encoded_header_size(header), "message_fuzzer: header size mismatch");
+  FUZZ_REQUIRE(!header.describe().empty(), "message_fuzzer: empty description");
 
   std::vector<char> again;
   encode_header(header, again);
   again.insert(again.end(), bytes + message.header_bytes, bytes + size);  // the inline payload, if any
   const DecodedMessage redecoded = decode_header(again.data(), again.size(), 1);
-  fuzz::require(redecoded.header_bytes == message.header_bytes && same(redecoded.header, header),
+  FUZZ_REQUIRE(redecoded.header_bytes == message.header_bytes && same(redecoded.header, header),
                 "message_fuzzer: encode_header + decode_header changed the header");
   return 0;
 }

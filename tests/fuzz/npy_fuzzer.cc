@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::consume(tensor);
   // A decoded array must encode and decode to the same dtype, shape and bytes.
   const Tensor again = decode_npy(encode_npy(tensor), "re-encoded");
-  fuzz::require(again.dtype() == tensor.dtype() && again.shape() == tensor.shape() &&
+  FUZZ_REQUIRE(again.dtype() == tensor.dtype() && again.shape() == tensor.shape() &&
                     again.nbytes() == tensor.nbytes() &&
                     std::memcmp(again.raw_data(), tensor.raw_data(), tensor.nbytes()) == 0,
                 "npy_fuzzer: re-encoding changed the array");

@@ -18,7 +18,11 @@ namespace {
 
 void parse(const std::string& bytes) {
   try {
-    for (const auto& [name, tensor] : parse_npz(bytes, "fuzz.npz")) fuzz::consume(tensor);
+    const NamedTensors arrays = parse_npz(bytes, "fuzz.npz");
+    for (const auto& [name, tensor] : arrays) {
+      FUZZ_REQUIRE(tensor.defined(), "npz_fuzzer: entry '" + name + "' parsed to an undefined tensor");
+      fuzz::consume(tensor);
+    }
   } catch (const Error&) {
   }
 }

@@ -5,6 +5,7 @@
 #include "core/random.h"
 #include "data/data.h"
 #include "layers/links/linear.h"
+#include "tests/fuzz/fuzz_util.h"
 
 namespace tandem::fuzz {
 
@@ -22,6 +23,7 @@ DatasetPtr toy_dataset() {
 }  // namespace
 
 SnapshotFixture make_snapshot_fixture(const std::string& out_dir, std::int64_t iterations) {
+  FUZZ_REQUIRE(iterations > 0, "make_snapshot_fixture: the trainer needs at least one iteration");
   SnapshotFixture s;
   manual_seed(5);
   s.model = std::make_shared<Classifier>(std::make_shared<Linear>(2, 3));

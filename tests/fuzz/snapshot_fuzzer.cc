@@ -43,5 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   s.trainer->save_snapshot(resaved);
   fuzz::SnapshotFixture again = fuzz::make_snapshot_fixture(dir + "/out", 1);
   again.trainer->load_snapshot(resaved);
+  FUZZ_REQUIRE(again.trainer->iteration() == s.trainer->iteration(),
+               "snapshot_fuzzer: a resaved snapshot reloads at another iteration");
   return 0;
 }

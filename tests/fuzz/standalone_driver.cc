@@ -44,6 +44,8 @@
 #endif
 #endif
 
+#include "tests/fuzz/fuzz_util.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 // Optional, as in libFuzzer.
 extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
@@ -284,10 +286,7 @@ int main(int argc, char** argv) {
     run_one(corpus.back());
   }
   std::printf("%s: replayed %zu corpus files\n", target.c_str(), corpus.size());
-  if (corpus.empty()) {
-    std::fprintf(stderr, "%s: the corpus is empty\n", target.c_str());
-    return 1;
-  }
+  FUZZ_REQUIRE(!corpus.empty(), target + ": the corpus is empty");
 
   Mutator mutator(static_cast<std::uint64_t>(seed), corpus);
   const auto start = std::chrono::steady_clock::now();
