@@ -32,6 +32,7 @@ enum class UnaryOp {
 
 enum class BinaryOp {
   add, sub, mul, div, pow, maximum, minimum,
+  relu_grad,  // relu_grad(gy, y) = y > 0 ? gy : 0: ReLU's backward in one pass
   // Comparisons write a boolean output.
   eq, ne, lt, le, gt, ge,
 };
@@ -126,6 +127,17 @@ class Backend {
   // (overlapping windows accumulate; entries read from the padding are dropped). x is
   // overwritten, not added to.
   virtual void col2im(const Tensor& col, const Conv2DGeometry& g, Tensor& x) = 0;
+
+  // Convolution of x [N, C, H, W] (geometry g, g.channels = C) with W [O, C / groups, kernel_h,
+  // kernel_w] into y [N, O, out_h, out_w], plus b [O] when b is defined: y is overwritten.
+  virtual void conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                      std::int64_t groups, Tensor& y) = 0;
+  // gx [N, C, H, W] = the input gradient of that convolution for gy [N, O, out_h, out_w] (overwritten).
+  virtual void conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
+                                 Tensor& gx) = 0;
+  // gW [O, C / groups, kernel_h, kernel_w] = its weight gradient, summed over the batch (overwritten).
+  virtual void conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
+                                  Tensor& gW) = 0;
 
   // Max pooling: y [N, C, out_h, out_w] holds the window maxima, indices (i64, same shape)
   // where each came from as iy * W + ix within its input plane (the first maximum in window

@@ -11,6 +11,7 @@ PACKAGES=(
   libmpich-dev
   catch2
   zlib1g-dev
+  libopenblas0-openmp  # fp32/fp64 GEMM (core/cpu/matmul.cc), the OpenMP build of OpenBLAS
   dataset-fashion-mnist
   python3-numpy  # tests: .npz files must round-trip with NumPy
   clang lld libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: clang 14, lld, libFuzzer + sanitizer runtimes, OpenMP

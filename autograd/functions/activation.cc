@@ -18,8 +18,7 @@ class Relu : public FunctionNode {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
     // The gradient at exactly 0 is taken as 0, as in Chainer.
-    const Tensor& y = saved()[0];
-    return {where(greater(y, 0.0), gy[0], zeros({}, y.dtype(), y.device()))};
+    return {tandem::relu_grad(gy[0], saved()[0])};
   }
 };
 

@@ -1,10 +1,18 @@
-// im2col / col2im for GEMM-based convolution. Both work one (image, channel) plane at a time,
-// in parallel over planes: a plane's kernel_h * kernel_w rows of col are written (im2col) or
-// read (col2im) by a single thread, so col2im's accumulation needs no synchronisation.
+// Convolution on im2col + GEMM. im2col / col2im work one (image, channel) plane at a time: a
+// plane's kernel_h * kernel_w rows of col are written (im2col) or read (col2im) by one thread,
+// so col2im's accumulation needs no synchronisation.
+//
+// The convolution kernels work image by image, each thread on its own images with its own
+// column buffer and a single-threaded GEMM (the product runs inside a parallel region). An
+// image's columns are consumed right after they are made, while they are still in cache, and
+// the threads share no work; splitting each (small) product over the threads instead scales
+// poorly (see bench/train_step_bench's conv workload).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/gemm.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -83,7 +91,136 @@ void col2im_plane(const T* col, const Conv2DGeometry& g, T* x) {
   }
 }
 
+// The sizes every per-image convolution step needs.
+struct ConvSizes {
+  std::int64_t C, O, G, Og, K, CK, ohw, hw;
+  bool pointwise;  // 1x1 kernel, stride 1, no padding: an image's columns are the image itself
+
+  ConvSizes(const Conv2DGeometry& g, std::int64_t out_channels, std::int64_t groups)
+      : C(g.channels),
+        O(out_channels),
+        G(groups),
+        Og(out_channels / groups),
+        K(g.channels / groups * g.kernel_h * g.kernel_w),
+        CK(g.channels * g.kernel_h * g.kernel_w),
+        ohw(g.out_h * g.out_w),
+        hw(g.height * g.width),
+        pointwise(g.kernel_h == 1 && g.kernel_w == 1 && g.stride_y == 1 && g.stride_x == 1 && g.pad_y == 0 &&
+                  g.pad_x == 0) {}
+};
+
+// The columns [CK, ohw] of one image: the image itself for a pointwise convolution, otherwise
+// im2col into buffer.
+template <typename T>
+const T* image_columns(const T* image, const Conv2DGeometry& g, const ConvSizes& s, T* buffer) {
+  if (s.pointwise) return image;
+  const std::int64_t plane_col = g.kernel_h * g.kernel_w * s.ohw;
+  for (std::int64_t c = 0; c < s.C; ++c) im2col_plane(image + c * s.hw, g, buffer + c * plane_col);
+  return buffer;
+}
+
+// One column buffer per parallel chunk (none for a pointwise convolution).
+Tensor column_buffers(const ConvSizes& s, const Tensor& like) {
+  if (s.pointwise) return Tensor();
+  return Tensor({cpu::max_chunks(), s.CK * s.ohw}, like.dtype(), like.device());
+}
+
 }  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                        std::int64_t groups, Tensor& y) {
+  const ConvSizes s(g, W.size(0), groups);
+  if (y.numel() == 0) return;
+  Tensor buffers = column_buffers(s, x);
+  TANDEM_DISPATCH_FLOAT(x.dtype(), "conv2d", [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    const scalar_t* pw = W.data<scalar_t>();
+    const scalar_t* pb = b.defined() ? b.data<scalar_t>() : nullptr;
+    scalar_t* py = y.data<scalar_t>();
+    cpu::parallel_chunks(g.batch, s.O * s.K * s.ohw, 1, [&](std::int64_t lo, std::int64_t hi, int chunk) {
+      scalar_t* buffer = s.pointwise ? nullptr : buffers.data<scalar_t>() + chunk * s.CK * s.ohw;
+      for (std::int64_t n = lo; n < hi; ++n) {
+        const scalar_t* col = image_columns(px + n * s.C * s.hw, g, s, buffer);
+        scalar_t* yn = py + n * s.O * s.ohw;
+        // The bias is broadcast into y first and the products accumulate onto it.
+        if (pb) {
+          for (std::int64_t o = 0; o < s.O; ++o) std::fill(yn + o * s.ohw, yn + (o + 1) * s.ohw, pb[o]);
+        }
+        // y[n, group] [Og, ohw] (+)= W[group] [Og, K] @ col[group] [K, ohw]
+        for (std::int64_t gi = 0; gi < s.G; ++gi) {
+          cpu::gemm(pw + gi * s.Og * s.K, col + gi * s.K * s.ohw, yn + gi * s.Og * s.ohw, s.Og, s.ohw, s.K, false,
+                    false, pb != nullptr);
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
+                                   Tensor& gx) {
+  const ConvSizes s(g, W.size(0), groups);
+  if (gx.numel() == 0) return;
+  Tensor buffers = column_buffers(s, gy);
+  TANDEM_DISPATCH_FLOAT(gy.dtype(), "conv2d_grad_input", [&] {
+    const scalar_t* pgy = gy.data<scalar_t>();
+    const scalar_t* pw = W.data<scalar_t>();
+    scalar_t* pgx = gx.data<scalar_t>();
+    const std::int64_t plane_col = g.kernel_h * g.kernel_w * s.ohw;
+    cpu::parallel_chunks(g.batch, s.O * s.K * s.ohw, 1, [&](std::int64_t lo, std::int64_t hi, int chunk) {
+      scalar_t* buffer = s.pointwise ? nullptr : buffers.data<scalar_t>() + chunk * s.CK * s.ohw;
+      for (std::int64_t n = lo; n < hi; ++n) {
+        scalar_t* gxn = pgx + n * s.C * s.hw;
+        // gcol[group] [K, ohw] = W[group]^T [K, Og] @ gy[n, group] [Og, ohw]; a pointwise
+        // convolution writes it straight into gx.
+        scalar_t* gcol = s.pointwise ? gxn : buffer;
+        for (std::int64_t gi = 0; gi < s.G; ++gi) {
+          cpu::gemm(pw + gi * s.Og * s.K, pgy + (n * s.O + gi * s.Og) * s.ohw, gcol + gi * s.K * s.ohw, s.K, s.ohw,
+                    s.Og, true, false, false);
+        }
+        if (!s.pointwise) {
+          for (std::int64_t c = 0; c < s.C; ++c) col2im_plane(gcol + c * plane_col, g, gxn + c * s.hw);
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
+                                    Tensor& gW) {
+  const ConvSizes s(g, gW.size(0), groups);
+  if (gW.numel() == 0) return;
+  Tensor buffers = column_buffers(s, x);
+  // Each thread sums its images' products into its own slot; the slots are added at the end.
+  const std::int64_t slots = cpu::max_chunks(), wsize = gW.numel();
+  Tensor partial({slots, wsize}, gW.dtype(), gW.device());
+  fill(partial, 0);
+  TANDEM_DISPATCH_FLOAT(x.dtype(), "conv2d_grad_weight", [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    const scalar_t* pgy = gy.data<scalar_t>();
+    scalar_t* pp = partial.data<scalar_t>();
+    std::vector<char> used(static_cast<std::size_t>(slots), 0);
+    cpu::parallel_chunks(g.batch, s.O * s.K * s.ohw, 1, [&](std::int64_t lo, std::int64_t hi, int slot) {
+      used[static_cast<std::size_t>(slot)] = 1;
+      scalar_t* buffer = s.pointwise ? nullptr : buffers.data<scalar_t>() + slot * s.CK * s.ohw;
+      scalar_t* acc = pp + slot * wsize;
+      for (std::int64_t n = lo; n < hi; ++n) {
+        const scalar_t* col = image_columns(px + n * s.C * s.hw, g, s, buffer);
+        // gW[group] [Og, K] += gy[n, group] [Og, ohw] @ col[group]^T [ohw, K]
+        for (std::int64_t gi = 0; gi < s.G; ++gi) {
+          cpu::gemm(pgy + (n * s.O + gi * s.Og) * s.ohw, col + gi * s.K * s.ohw, acc + gi * s.Og * s.K, s.Og, s.K,
+                    s.ohw, false, true, true);
+        }
+      }
+    });
+    scalar_t* pg = gW.data<scalar_t>();
+    std::copy(pp, pp + wsize, pg);
+    for (std::int64_t t = 1; t < slots; ++t) {
+      if (!used[static_cast<std::size_t>(t)]) continue;
+      const scalar_t* src = pp + t * wsize;
+      for (std::int64_t i = 0; i < wsize; ++i) pg[i] += src[i];
+    }
+  });
+}
 
 void CpuBackend::im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) {
   const std::int64_t planes = g.batch * g.channels;

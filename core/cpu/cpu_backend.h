@@ -37,6 +37,12 @@ class CpuBackend final : public Backend {
   // ---- convolution and pooling (conv.cc, pooling.cc) ----
   void im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) override;
   void col2im(const Tensor& col, const Conv2DGeometry& g, Tensor& x) override;
+  void conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
+              Tensor& y) override;
+  void conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
+                         Tensor& gx) override;
+  void conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
+                          Tensor& gW) override;
   void max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y, Tensor& indices) override;
   void max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Conv2DGeometry& g, Tensor& gx) override;
   void avg_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y) override;

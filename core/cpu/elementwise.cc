@@ -144,6 +144,7 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       });
     case BinaryOp::maximum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x > y ? x : y; });
     case BinaryOp::minimum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x < y ? x : y; });
+    case BinaryOp::relu_grad: return binary_loop<T, T>(a, b, out, [](T g, T y) { return y > T(0) ? g : T(0); });
     case BinaryOp::eq: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x == y; });
     case BinaryOp::ne: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x != y; });
     case BinaryOp::lt: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x < y; });

@@ -16,23 +16,32 @@ namespace cpu {
 // Elements per thread below which parallelising element-wise work does not pay.
 constexpr std::int64_t kElementwiseGrain = 32768;
 
-// Calls body(begin, end) over [0, n) split into contiguous chunks, one per thread, when
-// n * cost_per_item is at least `grain`; otherwise body(0, n) on this thread. An exception
-// thrown by a chunk is rethrown on the calling thread (letting it leave an OpenMP region
-// would terminate the program).
+// The most chunks parallel_chunks may make: the thread count, or 1 inside a parallel region.
+inline int max_chunks() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+// Calls body(begin, end, chunk) over [0, n) split into contiguous chunks, one per thread, each
+// with its own chunk index in [0, max_chunks()), when n * cost_per_item is at least `grain`;
+// otherwise body(0, n, 0) on this thread. An exception thrown by a chunk is rethrown on the
+// calling thread (letting it leave an OpenMP region would terminate the program).
 template <typename Body>
-void parallel_for(std::int64_t n, std::int64_t cost_per_item, std::int64_t grain, const Body& body) {
+void parallel_chunks(std::int64_t n, std::int64_t cost_per_item, std::int64_t grain, const Body& body) {
   if (n <= 0) return;
 #ifdef _OPENMP
-  if (n > 1 && n * cost_per_item >= 2 * grain && !omp_in_parallel() && omp_get_max_threads() > 1) {
-    const int threads = static_cast<int>(std::min<std::int64_t>(omp_get_max_threads(), n));
+  if (n > 1 && n * cost_per_item >= 2 * grain && max_chunks() > 1) {
+    const int threads = static_cast<int>(std::min<std::int64_t>(max_chunks(), n));
     std::exception_ptr error;
 #pragma omp parallel num_threads(threads)
     {
       const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       const std::int64_t begin = n * t / nt, end = n * (t + 1) / nt;
       try {
-        if (begin < end) body(begin, end);
+        if (begin < end) body(begin, end, static_cast<int>(t));
       } catch (...) {
 #pragma omp critical(tandem_parallel_for_error)
         if (!error) error = std::current_exception();
@@ -42,7 +51,13 @@ void parallel_for(std::int64_t n, std::int64_t cost_per_item, std::int64_t grain
     return;
   }
 #endif
-  body(0, n);
+  body(std::int64_t(0), n, 0);
+}
+
+// parallel_chunks for a body(begin, end) that does not need its chunk index.
+template <typename Body>
+void parallel_for(std::int64_t n, std::int64_t cost_per_item, std::int64_t grain, const Body& body) {
+  parallel_chunks(n, cost_per_item, grain, [&](std::int64_t begin, std::int64_t end, int) { body(begin, end); });
 }
 
 }  // namespace cpu

@@ -47,10 +47,31 @@ void CpuBackend::max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y,
     const scalar_t* px = x.data<scalar_t>();
     scalar_t* py = y.data<scalar_t>();
     std::int64_t* pi = indices.data<std::int64_t>();
+    // The common 2x2, stride 2 window without padding, whole inside the input: no clipping, and
+    // the four candidates compared in window order (the first maximum wins, as below).
+    const bool two_by_two = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_y == 2 && g.stride_x == 2 &&
+                            g.pad_y == 0 && g.pad_x == 0 && 2 * g.out_h <= g.height && 2 * g.out_w <= g.width;
     for_planes(g, plane_out * g.kernel_h * g.kernel_w, [&](std::int64_t p) {
       const scalar_t* in = px + p * plane_in;
       scalar_t* out = py + p * plane_out;
       std::int64_t* idx = pi + p * plane_out;
+      if (two_by_two) {
+        for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+          const scalar_t* r0 = in + 2 * oy * g.width;
+          const scalar_t* r1 = r0 + g.width;
+          for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+            const std::int64_t i0 = 2 * oy * g.width + 2 * ox;
+            scalar_t best = r0[2 * ox];
+            std::int64_t best_index = i0;
+            if (r0[2 * ox + 1] > best) best = r0[2 * ox + 1], best_index = i0 + 1;
+            if (r1[2 * ox] > best) best = r1[2 * ox], best_index = i0 + g.width;
+            if (r1[2 * ox + 1] > best) best = r1[2 * ox + 1], best_index = i0 + g.width + 1;
+            out[oy * g.out_w + ox] = best;
+            idx[oy * g.out_w + ox] = best_index;
+          }
+        }
+        return;
+      }
       for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
         const Span ry = window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
         for (std::int64_t ox = 0; ox < g.out_w; ++ox) {

@@ -10,10 +10,6 @@ namespace tandem {
 
 namespace {
 
-// The most elements an im2col buffer may hold (16 MiB of f32); the batch is processed in chunks
-// of as many images as fit, at least one.
-constexpr std::int64_t kColumnBudget = std::int64_t(1) << 22;
-
 void check_window_params(std::int64_t kernel_h, std::int64_t kernel_w, const Conv2DParams& p, const char* op) {
   TANDEM_CHECK(kernel_h >= 1 && kernel_w >= 1, op, ": kernel size must be >= 1, got ", kernel_h, "x", kernel_w);
   TANDEM_CHECK(p.stride_y >= 1 && p.stride_x >= 1, op, ": stride must be >= 1, got ", p.stride_y, "x", p.stride_x);
@@ -21,22 +17,10 @@ void check_window_params(std::int64_t kernel_h, std::int64_t kernel_w, const Con
   TANDEM_CHECK(p.dilate_y >= 1 && p.dilate_x >= 1, op, ": dilate must be >= 1, got ", p.dilate_y, "x", p.dilate_x);
 }
 
-// Everything the conv2d drivers need: the geometry (for the whole batch) and the GEMM sizes.
+// What the conv2d operations validate and pass on: the geometry (for the whole batch), the channels and groups.
 struct ConvPlan {
   Conv2DGeometry g;
   std::int64_t N = 0, C = 0, O = 0, G = 1;
-  std::int64_t Og = 0;  // output channels per group
-  std::int64_t K = 0;   // GEMM inner size per group: C / G * kh * kw
-  std::int64_t CK = 0;  // rows of col: C * kh * kw
-  std::int64_t ohw = 0;
-  bool pointwise = false;  // 1x1 kernel, stride 1, no padding: col is x itself
-  std::int64_t chunk = 1;  // images per im2col buffer
-
-  Conv2DGeometry chunk_geometry(std::int64_t images) const {
-    Conv2DGeometry c = g;
-    c.batch = images;
-    return c;
-  }
 };
 
 // Validates W against the input shape (described by x_desc in messages) and plans the GEMMs.
@@ -60,14 +44,6 @@ ConvPlan plan_conv(const Shape& x_shape, const std::string& x_desc, const Shape&
                " per group, groups=", plan.G, ")");
   const std::int64_t kh = w_shape[2], kw = w_shape[3];
   plan.g = conv2d_geometry(x_shape, kh, kw, p, false, op);
-  plan.Og = plan.O / plan.G;
-  plan.K = w_shape[1] * kh * kw;
-  plan.CK = plan.C * kh * kw;
-  plan.ohw = plan.g.out_h * plan.g.out_w;
-  plan.pointwise = kh == 1 && kw == 1 && p.stride_y == 1 && p.stride_x == 1 && p.pad_y == 0 && p.pad_x == 0;
-  const std::int64_t per_image = std::max<std::int64_t>(plan.CK * plan.ohw, 1);
-  plan.chunk = plan.pointwise ? std::max<std::int64_t>(plan.N, 1)
-                              : std::max<std::int64_t>(1, std::min(plan.N, kColumnBudget / per_image));
   return plan;
 }
 
@@ -82,21 +58,6 @@ void check_gy(const Tensor& gy, const ConvPlan& plan, const Shape& x_shape, cons
   const Shape expected{plan.N, plan.O, plan.g.out_h, plan.g.out_w};
   TANDEM_CHECK(gy.shape() == expected, op, ": gy ", gy.description(), " does not match the output shape ",
                expected, " of x ", x_shape, " convolved with W ", w_desc);
-}
-
-// The columns of images [n0, n0 + nc): x itself for a pointwise convolution, otherwise
-// im2col into the first nc images of buffer.
-Tensor columns(Backend& be, const ConvPlan& plan, const Tensor& x, std::int64_t n0, std::int64_t nc, Tensor& buffer) {
-  const Tensor xc = x.slice_rows(n0, n0 + nc);
-  if (plan.pointwise) return xc.reshape({nc, plan.C, plan.ohw});
-  Tensor col = buffer.slice_rows(0, nc);
-  be.im2col(xc, plan.chunk_geometry(nc), col);
-  return col;
-}
-
-Tensor column_buffer(const ConvPlan& plan, DType dtype, Device device) {
-  if (plan.pointwise) return Tensor();
-  return Tensor({plan.chunk, plan.CK, plan.ohw}, dtype, device);
 }
 
 Conv2DGeometry pool_geometry(const Shape& x_shape, const std::string& x_desc, const Pool2DParams& p, const char* op) {
@@ -185,29 +146,7 @@ Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DPar
   }
   Tensor y({plan.N, plan.O, plan.g.out_h, plan.g.out_w}, x.dtype(), x.device());
   if (y.numel() == 0) return y;
-  Backend& be = backend_for(x.device(), op);
-  // The bias is broadcast into y first and the products accumulate onto it.
-  const bool bias = b.defined();
-  if (bias) {
-    const Shape view_shape{plan.N, plan.O, plan.ohw};
-    be.copy_strided(b, StridedView{0, {0, 1, 0}}, y, StridedView{0, contiguous_strides(view_shape)}, view_shape);
-  }
-  Tensor buffer = column_buffer(plan, x.dtype(), x.device());
-  for (std::int64_t n0 = 0; n0 < plan.N; n0 += plan.chunk) {
-    const std::int64_t nc = std::min(plan.chunk, plan.N - n0);
-    const Tensor col = columns(be, plan, x, n0, nc, buffer);
-    Tensor yc = y.slice_rows(n0, n0 + nc);
-    if (plan.G == 1) {
-      // y[n] [O, ohw] (+)= W [O, CK] @ col[n] [CK, ohw], W reused for every image.
-      be.matmul(W, col, yc, nc, plan.O, plan.ohw, plan.K, false, false, bias);
-    } else {
-      // Per image, one product per group: y[n, g] [Og, ohw] (+)= W[g] [Og, K] @ col[n, g] [K, ohw].
-      for (std::int64_t i = 0; i < nc; ++i) {
-        Tensor yi = yc.slice_rows(i, i + 1);
-        be.matmul(W, col.slice_rows(i, i + 1), yi, plan.G, plan.Og, plan.ohw, plan.K, false, false, bias);
-      }
-    }
-  }
+  backend_for(x.device(), op).conv2d(x, W, b, plan.g, plan.G, y);
   return y;
 }
 
@@ -219,24 +158,7 @@ Tensor conv2d_grad_input(const Tensor& gy, const Tensor& W, const Shape& x_shape
   check_gy(gy, plan, x_shape, W.description(), op);
   Tensor gx(x_shape, gy.dtype(), gy.device());
   if (gx.numel() == 0) return gx;
-  Backend& be = backend_for(gy.device(), op);
-  Tensor buffer = column_buffer(plan, gy.dtype(), gy.device());
-  for (std::int64_t n0 = 0; n0 < plan.N; n0 += plan.chunk) {
-    const std::int64_t nc = std::min(plan.chunk, plan.N - n0);
-    const Tensor gyc = gy.slice_rows(n0, n0 + nc);
-    Tensor gxc = gx.slice_rows(n0, n0 + nc);
-    // gcol[n] = W^T gy[n] (per group); a pointwise convolution writes it straight into gx.
-    Tensor gcol = plan.pointwise ? gxc.reshape({nc, plan.C, plan.ohw}) : buffer.slice_rows(0, nc);
-    if (plan.G == 1) {
-      be.matmul(W, gyc, gcol, nc, plan.K, plan.ohw, plan.O, true, false, false);
-    } else {
-      for (std::int64_t i = 0; i < nc; ++i) {
-        Tensor gcol_i = gcol.slice_rows(i, i + 1);
-        be.matmul(W, gyc.slice_rows(i, i + 1), gcol_i, plan.G, plan.K, plan.ohw, plan.Og, true, false, false);
-      }
-    }
-    if (!plan.pointwise) be.col2im(gcol, plan.chunk_geometry(nc), gxc);
-  }
+  backend_for(gy.device(), op).conv2d_grad_input(gy, W, plan.g, plan.G, gx);
   return gx;
 }
 
@@ -248,18 +170,12 @@ Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& w_shap
   check_gy(gy, plan, x.shape(), shape_str(w_shape), op);
   Tensor gW(w_shape, x.dtype(), x.device());
   Backend& be = backend_for(x.device(), op);
-  be.fill(gW, 0);
-  if (gW.numel() == 0 || plan.N == 0) return gW;
-  Tensor buffer = column_buffer(plan, x.dtype(), x.device());
-  for (std::int64_t n0 = 0; n0 < plan.N; n0 += plan.chunk) {
-    const std::int64_t nc = std::min(plan.chunk, plan.N - n0);
-    const Tensor col = columns(be, plan, x, n0, nc, buffer);
-    // gW[g] [Og, K] += gy[n, g] [Og, ohw] @ col[n, g]^T [ohw, K], image by image.
-    for (std::int64_t i = 0; i < nc; ++i) {
-      be.matmul(gy.slice_rows(n0 + i, n0 + i + 1), col.slice_rows(i, i + 1), gW, plan.G, plan.Og, plan.K, plan.ohw,
-                false, true, true);
-    }
+  if (gW.numel() == 0) return gW;
+  if (plan.N == 0) {
+    be.fill(gW, 0);
+    return gW;
   }
+  be.conv2d_grad_weight(x, gy, plan.g, plan.G, gW);
   return gW;
 }
 

@@ -20,6 +20,7 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::pow: return "pow";
     case BinaryOp::maximum: return "maximum";
     case BinaryOp::minimum: return "minimum";
+    case BinaryOp::relu_grad: return "relu_grad";
     case BinaryOp::eq: return "equal";
     case BinaryOp::ne: return "not_equal";
     case BinaryOp::lt: return "less";
@@ -66,6 +67,7 @@ Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b
 Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::pow, a, b); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
+Tensor relu_grad(const Tensor& gy, const Tensor& y) { return binary(BinaryOp::relu_grad, gy, y); }
 
 // Scalar arithmetic on floats is one fused scale-and-shift pass; integers keep exact
 // semantics through the binary kernels.

@@ -14,6 +14,8 @@ Tensor div(const Tensor& a, const Tensor& b);  // integer division truncates; by
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+// ReLU's backward from its output y: gy where y > 0, else 0 (the gradient at 0 is 0, as in Chainer).
+Tensor relu_grad(const Tensor& gy, const Tensor& y);
 
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);

@@ -118,6 +118,8 @@ const std::vector<std::pair<Shape, Window>>& window_cases() {
       {{1, 1, 3, 3}, {1, 1, 2, 2, 1, 1, 1, 1, false}},   // windows entirely in the padding
       {{1, 2, 3, 4}, {3, 4, 1, 1, 0, 0, 1, 1, false}},   // kernel = input: one output
       {{3, 2, 4, 5}, {2, 3, 3, 2, 1, 2, 2, 1, true}},    // everything at once
+      {{2, 3, 6, 8}, {2, 2, 2, 2, 0, 0, 1, 1, false}},   // 2x2 stride 2 (max pooling's own loop)
+      {{1, 2, 5, 7}, {2, 2, 2, 2, 0, 0, 1, 1, false}},   // the same, the last row and column unread
   };
   return cases;
 }
@@ -260,7 +262,7 @@ TEST_CASE("conv2d and its gradients match a direct convolution and its adjoints"
       {{3, 4, 5, 6}, {5, 4, 1, 1}, conv_params(1, 0), true},        // pointwise: col is x itself
       {{2, 4, 6, 6}, {4, 1, 1, 1}, conv_params(1, 0, 1, 4), true},  // pointwise depthwise
       {{1, 3, 7, 5}, {2, 3, 2, 4}, uneven, true},
-      // Large enough that the batch is processed in several im2col chunks (the last partial).
+      // Large enough that the images are split over the threads, each with its own buffers.
       {{30, 16, 32, 32}, {4, 16, 3, 3}, conv_params(1, 1), true},
   };
   std::uint64_t seed = 300;
@@ -447,6 +449,9 @@ TEST_CASE("max pooling: windows entirely in the padding give -inf and index -1",
   Pool2DParams two;
   two.kernel_h = two.kernel_w = 2;
   REQUIRE(max_pool2d(flat, two).second.to_vector<std::int64_t>() == std::vector<std::int64_t>{0});
+  two.stride_y = two.stride_x = 2;  // the 2x2 stride-2 loop keeps window order too
+  REQUIRE(max_pool2d(zeros({1, 1, 4, 4}), two).second.to_vector<std::int64_t>() ==
+          std::vector<std::int64_t>{0, 2, 8, 10});
 }
 
 TEST_CASE("pooling backward checks gy and the indices", "[pooling][errors]") {

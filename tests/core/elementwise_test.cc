@@ -301,6 +301,18 @@ TEST_CASE("where selects with broadcasting", "[elementwise][where]") {
   CHECK_THROWS_AS(where(from_vector<bool>({true, false, true}, {3}), ones({2}), ones({2})), Error);
 }
 
+TEST_CASE("relu_grad passes gy where y > 0, zero elsewhere (0 at exactly 0)", "[elementwise][relu]") {
+  REQUIRE_VALUES(relu_grad(from_vector<double>({5, 6, 7, 8}), from_vector<double>({-1, 0, 2, 1e-30})), {0, 0, 7, 8});
+  // Large enough for the parallel path, and y broadcast over gy's rows.
+  const Tensor gy = uniform({300, 400}, 11), y = uniform({400}, 12);
+  const std::vector<double> vg = values(gy), vy = values(y);
+  std::vector<double> want(vg.size());
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = vy[i % 400] > 0 ? vg[i] : 0;
+  REQUIRE_VALUES(relu_grad(gy, y), want);
+  CHECK_THROWS_WITH(relu_grad(ones({2}), ones({3})), Contains("relu_grad"));
+  CHECK_THROWS_WITH(relu_grad(from_vector<bool>({true}), from_vector<bool>({true})), Contains("relu_grad") && Contains("bool"));
+}
+
 TEST_CASE("add_ accumulates in place with a broadcast source", "[elementwise][inplace]") {
   Tensor base = test_util::iota({2, 3});
   Tensor view = base.reshape({6}).reshape({2, 3});
