@@ -125,6 +125,7 @@ TEST_CASE("reductions over several axes, contiguous or not", "[reduce]") {
     check_reduce(op, y, {1, 3}, {1, 3}, 1e-5);
     check_reduce(op, y, {0, 3}, {0, 3}, 1e-5);
     check_reduce(op, y, {0, 1, 3}, {0, 1, 3}, 1e-5);
+    check_reduce(op, y, {0, 2, 3}, {0, 2, 3}, 1e-5);  // a convolution's bias gradient
   }
   // Integers reduce exactly.
   const Tensor i = test_util::iota({2, 3, 4}, DType::i32);
