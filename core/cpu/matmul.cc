@@ -5,6 +5,7 @@
 // against 252 at n=1024). A single product runs multi-threaded inside the library; batches of
 // small products are spread over threads instead, each running serially.
 #include <Eigen/Core>
+#include <algorithm>
 #include <climits>
 #include <type_traits>
 
@@ -25,25 +26,85 @@ using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMaj
 
 // One product on BLAS when T is a BLAS type and every size fits its int arguments; false otherwise.
 template <typename T>
-bool blas_gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
-               bool accumulate, std::int64_t ldc) {
+bool blas_gemm(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t m,
+               std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
 #ifdef TANDEM_HAS_BLAS
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || ldc > INT_MAX) return false;
-    const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+    if (std::max({m, n, k, lda, ldb, ldc}) > INT_MAX) return false;
     const auto op_a = ta ? CblasTrans : CblasNoTrans, op_b = tb ? CblasTrans : CblasNoTrans;
     // beta = 0 overwrites C without reading it, so C may start uninitialised.
     const T beta = accumulate ? T(1) : T(0);
     if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), 1.0f, a, lda, b, ldb, beta, c, int(ldc));
+      cblas_sgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c,
+                  int(ldc));
     } else {
-      cblas_dgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), 1.0, a, lda, b, ldb, beta, c, int(ldc));
+      cblas_dgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c,
+                  int(ldc));
     }
     return true;
   }
 #endif
-  (void)a, (void)b, (void)c, (void)m, (void)n, (void)k, (void)ta, (void)tb, (void)accumulate, (void)ldc;
+  (void)a, (void)b, (void)c, (void)m, (void)n, (void)k, (void)ta, (void)tb, (void)accumulate;
+  (void)lda, (void)ldb, (void)ldc;
   return false;
+}
+
+// One product with explicit row strides: A stored [m, k] (or [k, m] when ta) with rows lda
+// apart, B stored [k, n] (or [n, k] when tb) with rows ldb apart, C [m, n] with rows ldc apart.
+template <typename T>
+void gemm_strided(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t m,
+                  std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<RowMatrix<T>, 0, Stride> C(c, m, n, Stride(ldc));
+  if (k == 0) {
+    if (!accumulate) C.setZero();
+    return;
+  }
+  if (blas_gemm(a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate)) return;
+  Eigen::Map<const RowMatrix<T>, 0, Stride> A(a, ta ? k : m, ta ? m : k, Stride(lda));
+  Eigen::Map<const RowMatrix<T>, 0, Stride> B(b, tb ? n : k, tb ? k : n, Stride(ldb));
+  auto assign = [&](const auto& product) {
+    if (accumulate) C.noalias() += product;
+    else C.noalias() = product;
+  };
+  if (!ta && !tb) assign(A * B);
+  else if (ta && !tb) assign(A.transpose() * B);
+  else if (!ta && tb) assign(A * B.transpose());
+  else assign(A.transpose() * B.transpose());
+}
+
+// Whether one product is better split over the threads by tandem than threaded inside OpenBLAS:
+// large products with a short side (an MLP's [100 x 784] x [784 x 1000], its weight gradients
+// with k = 100). On two cores OpenBLAS's own split of those ran at 145-167 GFLOP/s, two serial
+// GEMMs on halves of C at 179-203; for square products (n = 1024, 4096) and small ones (an LSTM
+// step, [64 x 256] x [256 x 1024]) OpenBLAS's split was the faster.
+bool split_by_tandem(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return std::min({m, n, k}) <= 128 && m * n * k >= (std::int64_t(1) << 26);
+}
+
+// One product on all threads: C's rows (or columns, whichever side is longer) in one block per
+// thread, each a serial GEMM, for the products split_by_tandem picks; otherwise one call,
+// which BLAS threads itself.
+template <typename T>
+void gemm_threaded(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
+                   bool accumulate) {
+  const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  if (cpu::max_chunks() < 2 || !split_by_tandem(m, n, k)) {
+    gemm_strided(a, lda, b, ldb, c, n, m, n, k, ta, tb, accumulate);
+    return;
+  }
+  if (m >= n) {
+    cpu::parallel_for(m, n * k, 1, [&](std::int64_t lo, std::int64_t hi) {
+      // Rows lo..hi of op(A): rows of A, or columns when A is stored transposed.
+      gemm_strided(ta ? a + lo : a + lo * lda, lda, b, ldb, c + lo * n, n, hi - lo, n, k, ta, tb, accumulate);
+    });
+  } else {
+    cpu::parallel_for(n, m * k, 1, [&](std::int64_t lo, std::int64_t hi) {
+      // Columns lo..hi of op(B): columns of B, or rows when B is stored transposed.
+      gemm_strided(a, lda, tb ? b + lo * ldb : b + lo, ldb, c + lo, n, m, hi - lo, k, ta, tb, accumulate);
+    });
+  }
 }
 
 }  // namespace
@@ -53,25 +114,7 @@ namespace cpu {
 template <typename T>
 void gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
           bool accumulate, std::int64_t ldc) {
-  if (ldc == 0) ldc = n;
-  if (m == 0 || n == 0) return;
-  Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> C(c, m, n, Eigen::OuterStride<>(ldc));
-  if (k == 0) {
-    if (!accumulate) C.setZero();
-    return;
-  }
-  if (blas_gemm(a, b, c, m, n, k, ta, tb, accumulate, ldc)) return;
-  // A stored [m, k] (or [k, m] when transposed), B stored [k, n] (or [n, k]).
-  Eigen::Map<const RowMatrix<T>> A(a, ta ? k : m, ta ? m : k);
-  Eigen::Map<const RowMatrix<T>> B(b, tb ? n : k, tb ? k : n);
-  auto assign = [&](const auto& product) {
-    if (accumulate) C.noalias() += product;
-    else C.noalias() = product;
-  };
-  if (!ta && !tb) assign(A * B);
-  else if (ta && !tb) assign(A.transpose() * B);
-  else if (!ta && tb) assign(A * B.transpose());
-  else assign(A.transpose() * B.transpose());
+  gemm_strided(a, ta ? m : k, b, tb ? k : n, c, ldc == 0 ? n : ldc, m, n, k, ta, tb, accumulate);
 }
 
 template void gemm<float>(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t, bool, bool,
@@ -94,16 +137,19 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int6
     scalar_t* pc = out.data<scalar_t>();
     const std::int64_t stride_a = a.numel() == m * k ? 0 : m * k;
     const std::int64_t stride_b = b.numel() == k * n ? 0 : k * n;
-    auto one = [&](std::int64_t i) {
-      cpu::gemm(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b, accumulate);
-    };
-    // A single product (or a batch of large ones) lets Eigen use all threads inside one GEMM;
-    // many small products run one per thread.
+    // A single product (or a batch of large ones) uses all threads inside one GEMM; many small
+    // products run one per thread.
     if (batch == 1 || m * n * k >= (1 << 18)) {
-      for (std::int64_t i = 0; i < batch; ++i) one(i);
+      for (std::int64_t i = 0; i < batch; ++i) {
+        gemm_threaded(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b,
+                      accumulate);
+      }
     } else {
       cpu::parallel_for(batch, m * n * k, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t i = lo; i < hi; ++i) one(i);
+        for (std::int64_t i = lo; i < hi; ++i) {
+          cpu::gemm(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b,
+                    accumulate);
+        }
       });
     }
   });

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# tandem's benchmarks beside the reference ("anchor") benchmarks of ../shared/bench, measured in
+# the same sitting (the machine is shared and noisy: only same-run ratios mean anything).
+#
+#   scripts/bench.sh                         build, run the anchors (REPS=1) and every tandem
+#                                            benchmark, print compare.sh's table and the targets
+#   BENCH_SKIP_ANCHORS=1 scripts/bench.sh    reuse the latest anchor summary instead
+#   BENCH_ONLY="gemm mp" scripts/bench.sh    a subset; words: mlp conv lstm (train_step_bench),
+#                                            gemm, p2p coll (comm_bench; comm = both), mp dp
+#                                            (mlp_parallel_bench). The anchors follow unless ONLY is set.
+#   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
+#                                            ONLY= (set, empty) runs every anchor, gloo included)
+#   BENCH_SCALE=0.3 scripts/bench.sh         fewer timed iterations (ANCHOR_SCALE follows unless set)
+#   BENCH_OUT=dir                            where results go (default /tmp/tandem-bench/<date>)
+#   BENCH_REPORT=dir scripts/bench.sh        only print the tables of an earlier run again
+#
+# Results: $BENCH_OUT/tandem.txt (every tandem line), raw.txt (everything the tandem benchmarks
+# printed, the same-run raw MPI lines of comm_bench included), anchors/ (run_all.sh's output),
+# compare.md and targets.md (the two tables).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The anchors live beside the repository (../shared/bench from the repo root), else in /work.
+SHARED="$(cd "$(dirname "$0")/../../shared/bench" 2>/dev/null && pwd || echo /work/shared/bench)"
+ANCHOR_WORK=${BENCH_WORK:-/tmp/tandem-anchors}   # run_all.sh builds and keeps its results here
+RUNQ="$ANCHOR_WORK/build/runq"
+MPIEXEC=/usr/bin/mpiexec.mpich                    # plain mpiexec may be Open MPI's
+QUIET_WAIT=${QUIET_WAIT:-20}                      # runq: seconds to wait for a quiet machine
+NOISE_MAX=${NOISE_MAX:-0.15}                      # as run_all.sh: noisier lines are flagged
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-900}               # per tandem benchmark: a hung MPI job ends
+export REPS=${REPS:-1}
+# Same methodology on both sides: a scaled-down tandem run compares with scaled-down anchors.
+[[ -n "${BENCH_SCALE:-}" && -z "${ANCHOR_SCALE:-}" ]] && export ANCHOR_SCALE=$BENCH_SCALE
+# On 2 cores spinning OpenMP threads fight the BLAS pool; the anchors run PASSIVE, and so does tandem.
+export OMP_WAIT_POLICY=PASSIVE
+
+OUT=${BENCH_REPORT:-${BENCH_OUT:-/tmp/tandem-bench/$(date +%Y%m%d-%H%M%S)}}
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"   # run_all.sh changes directory: it needs an absolute path
+RAW="$OUT/raw.txt"
+TANDEM="$OUT/tandem.txt"
+STATUS=0
+
+# --- the subset -----------------------------------------------------------------------------
+
+# BENCH_ONLY's words, with the group names expanded to what the binaries look for.
+WORDS=""
+if [[ -n "${BENCH_ONLY:-}" ]]; then
+  for w in $BENCH_ONLY; do
+    case $w in
+      comm | comm_bench) WORDS+=" p2p coll" ;;
+      train_step | train_step_bench) WORDS+=" mlp conv lstm" ;;
+      parallel | mlp_parallel | mlp_parallel_bench) WORDS+=" mp dp" ;;
+      gemm_bench) WORDS+=" gemm" ;;
+      *) WORDS+=" $w" ;;
+    esac
+  done
+  export BENCH_ONLY="${WORDS# }"   # the benchmarks read it too (their own families)
+fi
+
+# wants WORD...: true when any of the words is selected (everything when BENCH_ONLY is unset).
+wants() {
+  [[ -z "$WORDS" ]] && return 0
+  local w
+  for w in "$@"; do [[ " $WORDS " == *" $w "* ]] && return 0; done
+  return 1
+}
+
+# The anchor ids (run_all.sh's ONLY) that the selected tandem benchmarks are compared against.
+# Unless asked, gloo and memcpy are left out: no target depends on them.
+anchor_only() {
+  local only=""
+  wants gemm && only+=" gemm"
+  wants mlp && only+=" mlp"
+  wants conv && only+=" conv"
+  wants lstm && only+=" lstm"
+  wants p2p && only+=" mpi_p2p"
+  wants coll && only+=" mpi_coll"
+  wants mp dp && only+=" mpi_mp"
+  echo "${only# }"
+}
+
+# --- (a) build --------------------------------------------------------------------------------
+
+# --keep_going: one benchmark that does not compile (work in progress) does not stop the others.
+build() {
+  echo "# building tandem's benchmarks: bazel build -c opt //bench/..." >&2
+  if ! (cd "$ROOT" && bazel build -c opt --keep_going //bench/...); then
+    echo "# BUILD FAILED for some of //bench/...: running what there is (a failed target's binary may be stale)" >&2
+    STATUS=1
+  fi
+  BIN="$(cd "$ROOT" && bazel info -c opt bazel-bin)"
+}
+
+# --- (b) the anchors --------------------------------------------------------------------------
+
+# The newest anchor summary of an earlier run (ours or a plain run_all.sh), else the reference
+# figures that ship with ../shared/bench (measured on another day: ratios against them are rough).
+latest_anchor_summary() {
+  local f
+  f=$(ls -t "$(dirname "$OUT")"/*/anchors/summary.txt "$ANCHOR_WORK"/results/*/summary.txt 2>/dev/null |
+      head -1 || true)
+  if [[ -z "$f" ]]; then
+    f=$(ls -t "$SHARED"/reference/*.summary.txt 2>/dev/null | head -1 || true)
+    [[ -n "$f" ]] && echo "# WARNING: no anchor run found; using the reference figures $f (not this sitting)" >&2
+  fi
+  echo "$f"
+}
+
+run_anchors() {
+  if [[ -n "${BENCH_SKIP_ANCHORS:-}" && "$BENCH_SKIP_ANCHORS" != 0 ]]; then
+    ANCHOR_SUMMARY=$(latest_anchor_summary)
+    echo "# BENCH_SKIP_ANCHORS: reusing $ANCHOR_SUMMARY" >&2
+    return
+  fi
+  if ! "$SHARED/deps.sh" --check; then
+    echo "# The anchors need their packages: run $SHARED/deps.sh once as root (it installs" >&2
+    echo "# libtorch-dev, libopenblas-dev, libgloo-dev, ...). Reusing the latest anchor summary." >&2
+    ANCHOR_SUMMARY=$(latest_anchor_summary)
+    return
+  fi
+  # ONLY unset: what the selected tandem benchmarks need; set (even empty): as given.
+  local only=${ONLY-$(anchor_only)}
+  local log="$OUT/anchors.log"
+  echo "# anchors: REPS=$REPS ONLY=\"$only\" $SHARED/run_all.sh (log: $log)" >&2
+  # run_all.sh is verbose: keep its log, show its progress lines.
+  OUT="$OUT/anchors" ONLY="$only" "$SHARED/run_all.sh" 2>&1 | tee "$log" |
+    grep --line-buffered -E '^# (rep=|FAILED|noisy|total_s)' >&2 || true
+  ANCHOR_SUMMARY="$OUT/anchors/summary.txt"
+  if [[ ! -s "$ANCHOR_SUMMARY" ]]; then
+    echo "# anchors FAILED (see $log)" >&2
+    STATUS=1
+    ANCHOR_SUMMARY=$(latest_anchor_summary)
+  fi
+}
+
+# --- (c) tandem's benchmarks ------------------------------------------------------------------
+
+# run_tandem ID COMMAND...: one benchmark through runq (which waits for a quiet machine and tags
+# every line with noise=), its output kept in raw.txt.
+run_tandem() {
+  local id=$1
+  shift
+  local runner=()
+  [[ -x "$RUNQ" ]] && runner=("$RUNQ" -w "$QUIET_WAIT" --)
+  echo "# tandem bench=$id t=$((SECONDS - T0))s" | tee -a "$RAW" >&2
+  local rc=0
+  "${runner[@]}" timeout "$BENCH_TIMEOUT" "$@" | tee -a "$RAW" || rc=$?   # pipefail: the benchmark's status
+  if [[ $rc != 0 ]]; then
+    echo "# FAILED: $id (exit $rc)" | tee -a "$RAW" >&2
+    STATUS=1
+  fi
+}
+
+run_tandem_all() {
+  : > "$RAW"
+  [[ -x "$RUNQ" ]] || echo "# no $RUNQ (run_all.sh builds it): tandem lines carry no noise=" >&2
+  wants mlp conv lstm && run_tandem train_step "$BIN/bench/train_step_bench"
+  wants gemm && run_tandem gemm "$BIN/bench/gemm_bench"
+  wants p2p coll && run_tandem comm "$MPIEXEC" -n 2 "$BIN/bench/comm_bench"
+  # One thread per rank: 2 ranks on 2 cores, as the LibTorch + MPICH reference.
+  wants mp dp && run_tandem mlp_parallel env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/mlp_parallel_bench"
+  grep '^name=tandem\.' "$RAW" > "$TANDEM" || true
+  echo "# tandem total_s=$((SECONDS - T0)) lines=$(wc -l < "$TANDEM")" | tee -a "$RAW" >&2
+}
+
+# --- (d) the tables ---------------------------------------------------------------------------
+
+compare() {
+  echo
+  echo "## STRIP=tandem. $SHARED/compare.sh $ANCHOR_SUMMARY $TANDEM"
+  echo
+  STRIP=tandem. "$SHARED/compare.sh" "$ANCHOR_SUMMARY" "$TANDEM" | tee "$OUT/compare.md"
+}
+
+# The targets: ratio = tandem time / reference time, PASS when within the limit. References: the
+# LibTorch anchors (anchor summary) for training, the best of OpenBLAS/LibTorch/Eigen for GEMM,
+# and for communication the raw MPI lines comm_bench measured in the same run (raw.txt).
+targets() {
+  echo
+  echo "## targets (ratio = tandem time / reference time; anchors: $ANCHOR_SUMMARY)"
+  echo
+  awk -v noise_max="$NOISE_MAX" -v subset="${WORDS:+1}" '
+function val(line, key,   n, i, a) {
+  n = split(line, a, " ")
+  for (i = 1; i <= n; i++) if (index(a[i], key "=") == 1) return substr(a[i], length(key) + 2)
+  return ""
+}
+function ms(line,   v) {  # the median time in ms (comm lines give microseconds)
+  v = val(line, "median_ms"); if (v != "") return v + 0
+  v = val(line, "median_us"); if (v != "") return v / 1000.0
+  return -1
+}
+function fmt(t) { return t < 1 ? sprintf("%.2f us", t * 1000) : sprintf("%.3f ms", t) }
+function noisy(line) { return line != "" && (val(line, "noise") + 0 > noise_max || val(line, "noisy") == 1) }
+# One row. limit: the ratio limit, or (add_us > 0) tandem may exceed the reference by add_us.
+function row(target, refname, tline, rline, limit, add_us, extra,   t, r, ratio, ok, lim, note) {
+  lim = add_us > 0 ? sprintf("+%g us", add_us) : sprintf("<= %.4g", limit)
+  if (tline == "" || rline == "") {
+    na++
+    if (tline == "" && subset) return   # BENCH_ONLY left it out: no row
+    printf "| %s | %s | %s | %s | - | %s | n/a | %s |\n", target, refname, tline == "" ? "-" : fmt(ms(tline)),
+           rline == "" ? "-" : fmt(ms(rline)), lim, tline == "" ? "not measured" : "no reference"
+    return
+  }
+  t = ms(tline); r = ms(rline); ratio = t / r
+  ok = add_us > 0 ? (t - r) * 1000 <= add_us : ratio <= limit + 1e-9
+  note = extra
+  if (noisy(tline) || noisy(rline)) note = note (note == "" ? "" : "; ") "noisy"
+  if (add_us > 0) note = sprintf("%+.2f us%s", (t - r) * 1000, note == "" ? "" : "; " note)
+  printf "| %s | %s | %s | %s | %.2f | %s | %s | %s |\n", target, refname, fmt(t), fmt(r), ratio, lim,
+         ok ? "PASS" : "MISS", note
+  if (ok) pass++; else miss++
+}
+FNR == 1 { f++ }
+/^name=/ {
+  name = val($0, "name")
+  if (f == 1) anchor[name] = $0
+  else if (index(name, "tandem.") == 1) tandem[substr(name, 8)] = $0
+  else same[name] = $0   # raw MPI, measured by comm_bench beside tandem
+}
+END {
+  print "| target | reference | tandem | reference | ratio | limit | verdict | note |"
+  print "|---|---|---:|---:|---:|---|---|---|"
+  n = split("mlp.train.sgd.t1 mlp.train.sgd.t2 mlp.train.adam.t1 mlp.train.adam.t2 mlp.infer.t1 mlp.infer.t2 " \
+            "conv.train.sgd.t1 conv.train.sgd.t2 conv.infer.t1 conv.infer.t2 " \
+            "lstm.fixed.train.adam.t1 lstm.fixed.train.adam.t2 lstm.packed.train.adam.t1 " \
+            "lstm.packed.train.adam.t2 seq2seq.train.adam.t1 seq2seq.train.adam.t2", ids, " ")
+  for (i = 1; i <= n; i++) row(ids[i], "LibTorch", tandem[ids[i]], anchor[ids[i]], 0.8, 0, "")
+  # GEMM: GFLOP/s >= 0.95 x the best SGEMM measured, i.e. time <= best time / 0.95.
+  n = split("n1024.t1 n1024.t2 n4096.t2", ids, " ")
+  split("openblas torch eigen", libs, " ")
+  for (i = 1; i <= n; i++) {
+    best = ""; bestlib = ""
+    for (j = 1; j <= 3; j++) {
+      l = anchor["gemm." libs[j] "." ids[i]]
+      if (l != "" && (best == "" || ms(l) < ms(best))) { best = l; bestlib = libs[j] }
+    }
+    t = tandem["gemm." ids[i]]
+    extra = (t != "" && best != "") ? sprintf("%s vs %s GFLOP/s", val(t, "gflops"), val(best, "gflops")) : ""
+    row("gemm." ids[i], "best SGEMM" (bestlib == "" ? "" : " (" bestlib ")"), t, best, 1 / 0.95, 0, extra)
+  }
+  # Communication, against raw MPI of the same run: the communicator (mpi.) and F::send/recv (fn.).
+  split("mpi fn", via, " ")
+  split("1MB 16MB 64MB", sizes, " ")
+  for (v = 1; v <= 2; v++)
+    for (s = 1; s <= 3; s++) {
+      id = via[v] ".pingpong." sizes[s]
+      row(id, "raw MPI, same run", tandem[id], same["mpi.pingpong." sizes[s]], 1.05, 0, "")
+    }
+  split("allreduce allgather bcast alltoall", ops, " ")
+  for (o = 1; o <= 4; o++)
+    for (s = 1; s <= 2; s++) {
+      id = "mpi." ops[o] "." sizes[s]
+      row(id, "raw MPI, same run", tandem[id], same[id], 1.05, 0, "")
+    }
+  for (v = 1; v <= 2; v++) {
+    id = via[v] ".pingpong.4B"
+    row(id, "raw MPI, same run", tandem[id], same["mpi.pingpong.4B"], 0, 2, "")
+  }
+  n = split("mp.mlp.train.sgd mp.mlp.train.adam dp.mlp.train.sgd dp.mlp.train.adam", ids, " ")
+  for (i = 1; i <= n; i++) row(ids[i], "LibTorch + MPICH", tandem[ids[i]], anchor[ids[i]], 0.8, 0, "")
+  printf "\n%d PASS, %d MISS, %d n/a (not measured in this run, or no reference)\n", pass, miss, na
+}' "$ANCHOR_SUMMARY" "$RAW" | tee "$OUT/targets.md"
+}
+
+# --- main -------------------------------------------------------------------------------------
+
+if [[ -n "${BENCH_REPORT:-}" ]]; then
+  ANCHOR_SUMMARY=$(cat "$OUT/anchor_summary.path" 2>/dev/null || echo "$OUT/anchors/summary.txt")
+  compare
+  targets
+  exit 0
+fi
+T0=$SECONDS
+{
+  echo "date=$(date -Is)"
+  echo "tandem=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+       "changed_files=$(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l)"
+  echo "BENCH_ONLY=${BENCH_ONLY:-} BENCH_SCALE=${BENCH_SCALE:-1} ANCHOR_SCALE=${ANCHOR_SCALE:-1} REPS=$REPS" \
+       "OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
+} > "$OUT/env.txt"
+build
+run_anchors
+[[ -n "${ANCHOR_SUMMARY:-}" ]] && echo "$ANCHOR_SUMMARY" > "$OUT/anchor_summary.path"
+run_tandem_all
+if [[ -z "${ANCHOR_SUMMARY:-}" || ! -s "$ANCHOR_SUMMARY" ]]; then
+  echo "# no anchor summary to compare with; tandem's lines: $TANDEM" >&2
+  exit 1
+fi
+compare
+targets
+echo
+echo "# results in $OUT (total ${SECONDS}s)"
+exit $STATUS
