@@ -47,6 +47,15 @@ inline int scaled(int iters) {
   return std::max(3, static_cast<int>(iters * f + 0.5));
 }
 
+// A value made safe for the space-separated key=value format (as the reference's anchor::kv).
+inline std::string kv(std::string v) {
+  const std::size_t b = v.find_first_not_of(" \t\n"), e = v.find_last_not_of(" \t\n");
+  v = b == std::string::npos ? std::string("none") : v.substr(b, e - b + 1);
+  for (auto& c : v)
+    if (c == ' ' || c == ',' || c == '=' || c == '\t' || c == '\n') c = '_';
+  return v;
+}
+
 inline void set_threads(int threads) {
 #ifdef _OPENMP
   omp_set_num_threads(threads);

@@ -43,15 +43,6 @@ bool selected(const char* family) {
   return only == nullptr || std::strstr(only, family) != nullptr;
 }
 
-// Safe for the space-separated key=value format (as the reference's anchor::kv).
-std::string kv(std::string v) {
-  const std::size_t b = v.find_first_not_of(" \t\n"), e = v.find_last_not_of(" \t\n");
-  v = b == std::string::npos ? std::string("none") : v.substr(b, e - b + 1);
-  for (auto& c : v)
-    if (c == ' ' || c == ',' || c == '=' || c == '\t' || c == '\n') c = '_';
-  return v;
-}
-
 bench::Stats summarize(std::vector<double> t) {
   bench::Stats s;
   s.iters = static_cast<int>(t.size());
@@ -324,7 +315,7 @@ int main() {
   char ver[MPI_MAX_LIBRARY_VERSION_STRING];
   int verlen = 0;
   MPI_Get_library_version(ver, &verlen);
-  c.lib = kv(std::string(ver).substr(0, std::string(ver).find('\n')));
+  c.lib = bench::kv(std::string(ver).substr(0, std::string(ver).find('\n')));
   c.tandem = "lib=tandem mpi=" + c.lib + " comm=" + c.comm->name() + " ranks=" + std::to_string(c.np) + " " +
              bench::threads_tag(1);
   bench::set_threads(1);

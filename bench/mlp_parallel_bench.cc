@@ -51,15 +51,6 @@ namespace {
 
 constexpr int B = 100, IN = 784, U = 1000, OUT = 10, NB = 20;
 
-// Safe for the space-separated key=value format (as the reference's anchor::kv).
-std::string kv(std::string v) {
-  const std::size_t b = v.find_first_not_of(" \t\n"), e = v.find_last_not_of(" \t\n");
-  v = b == std::string::npos ? std::string("none") : v.substr(b, e - b + 1);
-  for (auto& c : v)
-    if (c == ' ' || c == ',' || c == '=' || c == '\t' || c == '\n') c = '_';
-  return v;
-}
-
 // --- the models (examples/mnist/mnist_common.h's split, with the sizes spelled out) -------------
 
 class MLP : public Chain {
@@ -266,7 +257,7 @@ int main() {
   char ver[MPI_MAX_LIBRARY_VERSION_STRING];
   int verlen = 0;
   MPI_Get_library_version(ver, &verlen);
-  c.tags = "mpi=" + kv(std::string(ver).substr(0, std::string(ver).find('\n'))) + " comm=" + c.comm->name() +
+  c.tags = "mpi=" + bench::kv(std::string(ver).substr(0, std::string(ver).find('\n'))) + " comm=" + c.comm->name() +
            " ranks=" + std::to_string(c.np) + " " + bench::threads_tag(threads) + " batch_per_rank=100";
   c.iters = bench::scaled(50);
 
