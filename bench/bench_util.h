@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -22,6 +23,19 @@ struct Stats {
   double median_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// The median, min and max of timed samples (ms).
+inline Stats summarize(std::vector<double> t) {
+  Stats s;
+  s.iters = static_cast<int>(t.size());
+  if (t.empty()) return s;
+  std::sort(t.begin(), t.end());
+  const std::size_t n = t.size();
+  s.median_ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  s.min_ms = t.front();
+  s.max_ms = t.back();
+  return s;
+}
+
 // `warmup` untimed calls, then `iters` timed ones; the median is what counts.
 inline Stats measure(int warmup, int iters, const std::function<void()>& fn) {
   for (int i = 0; i < warmup; ++i) fn();
@@ -31,13 +45,7 @@ inline Stats measure(int warmup, int iters, const std::function<void()>& fn) {
     fn();
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
-  std::sort(times.begin(), times.end());
-  Stats s;
-  s.iters = iters;
-  s.median_ms = iters % 2 ? times[iters / 2] : 0.5 * (times[iters / 2 - 1] + times[iters / 2]);
-  s.min_ms = times.front();
-  s.max_ms = times.back();
-  return s;
+  return summarize(std::move(times));
 }
 
 // BENCH_SCALE=0.5 halves the timed iterations (never below 3).

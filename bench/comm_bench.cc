@@ -43,18 +43,6 @@ bool selected(const char* family) {
   return only == nullptr || std::strstr(only, family) != nullptr;
 }
 
-bench::Stats summarize(std::vector<double> t) {
-  bench::Stats s;
-  s.iters = static_cast<int>(t.size());
-  if (t.empty()) return s;
-  std::sort(t.begin(), t.end());
-  const std::size_t n = t.size();
-  s.median_ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-  s.min_ms = t.front();
-  s.max_ms = t.back();
-  return s;
-}
-
 // Minor page faults of this process so far (fresh memory touched for the first time).
 long minor_faults() {
   rusage usage;
@@ -188,7 +176,7 @@ void pingpong(const Context& c) {
     for (long& f : faults) f = max_over_ranks(f);
     if (me == 0) {
       bench::Stats st[kVariants];
-      for (int v = 0; v < kVariants; ++v) st[v] = summarize(t[v]);
+      for (int v = 0; v < kVariants; ++v) st[v] = bench::summarize(t[v]);
       const double per_roundtrip = 1.0 / (double(samples) * R);
       for (int v : {kRaw, kRaw2}) {
         std::printf(
@@ -283,7 +271,7 @@ void collectives(const Context& c) {
         MPI_Reduce(t[v].data(), tmax[v].data(), iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       }
       if (c.rank == 0) {
-        const bench::Stats raw = summarize(tmax[0]), tan = summarize(tmax[1]);
+        const bench::Stats raw = bench::summarize(tmax[0]), tan = bench::summarize(tmax[1]);
         const double algbw_raw = bytes / (raw.median_ms * 1e-3) / 1e9, algbw_tan = bytes / (tan.median_ms * 1e-3) / 1e9;
         std::printf(
             "name=mpi.%s.%s lib=%s ranks=%d bytes_per_rank=%zu iters=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f "

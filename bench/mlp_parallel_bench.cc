@@ -169,13 +169,7 @@ void run_steps(Context& c, const std::string& id, double samples_per_step, const
   std::vector<double> tmax(t.size());
   MPI_Reduce(t.data(), tmax.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (c.rank != 0) return;
-  std::sort(tmax.begin(), tmax.end());
-  const std::size_t n = tmax.size();
-  bench::Stats s;
-  s.iters = static_cast<int>(n);
-  s.median_ms = n % 2 ? tmax[n / 2] : 0.5 * (tmax[n / 2 - 1] + tmax[n / 2]);
-  s.min_ms = tmax.front();
-  s.max_ms = tmax.back();
+  const bench::Stats s = bench::summarize(std::move(tmax));
   const double value = loss.defined() ? loss.data().item() : NAN;
   const bool finite = std::isfinite(value);
   c.failed |= !finite;

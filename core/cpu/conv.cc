@@ -8,7 +8,6 @@
 // the threads share no work; splitting each (small) product over the threads instead scales
 // poorly (see bench/train_step_bench's conv workload).
 #include <algorithm>
-#include <vector>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/gemm.h"
@@ -211,9 +210,7 @@ void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Con
     const scalar_t* px = x.data<scalar_t>();
     const scalar_t* pgy = gy.data<scalar_t>();
     scalar_t* pp = partial.data<scalar_t>();
-    std::vector<char> used(static_cast<std::size_t>(slots), 0);
     cpu::parallel_chunks(g.batch, s.O * s.K * s.ohw, 1, [&](std::int64_t lo, std::int64_t hi, int slot) {
-      used[static_cast<std::size_t>(slot)] = 1;
       scalar_t* buffer = s.pointwise ? nullptr : buffers.data<scalar_t>() + slot * s.CK * s.ohw;
       scalar_t* acc = pp + slot * wsize;
       for (std::int64_t n = lo; n < hi; ++n) {
@@ -227,8 +224,7 @@ void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Con
     });
     scalar_t* pg = gW.data<scalar_t>();
     std::copy(pp, pp + wsize, pg);
-    for (std::int64_t t = 1; t < slots; ++t) {
-      if (!used[static_cast<std::size_t>(t)]) continue;
+    for (std::int64_t t = 1; t < slots; ++t) {  // a slot no chunk used is still zero
       const scalar_t* src = pp + t * wsize;
       for (std::int64_t i = 0; i < wsize; ++i) pg[i] += src[i];
     }
