@@ -113,6 +113,11 @@ class Backend {
   // Sum of squares of all elements, accumulated in double (gradient clipping).
   virtual double sum_of_squares(const Tensor& x) = 0;
 
+  // ---- random numbers (CPU: core/cpu/random.cc) ----
+  // out[i] = element i of the Philox uniform stream `seed` on [low, high) (core/philox.h): the
+  // same numbers on every device. out is f32 or f64.
+  virtual void random_uniform(Tensor& out, std::uint64_t seed, double low, double high) = 0;
+
   // ---- convolution and pooling kernels (CPU: core/cpu/conv.cc, core/cpu/pooling.cc) ----
 
   // All of them view their images as [N, C, H, W] (contiguous) and take the window geometry,

@@ -289,6 +289,14 @@ Tensor rand_uniform(const Shape& shape, Generator& generator, double low, double
   return random_tensor(shape, dtype, device, "rand_uniform", [&] { return dist(generator.engine()); });
 }
 
+Tensor philox_uniform(const Shape& shape, Generator& generator, double low, double high, DType dtype, Device device) {
+  TANDEM_CHECK(low <= high, "philox_uniform: low ", low, " > high ", high);
+  TANDEM_CHECK(is_floating(dtype), "philox_uniform: needs a floating dtype, got ", dtype_name(dtype));
+  Tensor out(shape, dtype, device);
+  backend_for(device, "philox_uniform").random_uniform(out, generator.next(), low, high);
+  return out;
+}
+
 Generator& global_generator() {
   static Generator generator(0);
   return generator;

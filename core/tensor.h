@@ -107,5 +107,10 @@ Tensor randn(const Shape& shape, Generator& generator, double mean = 0, double s
              DType dtype = DType::f32, Device device = Device::cpu());
 Tensor rand_uniform(const Shape& shape, Generator& generator, double low = 0, double high = 1,
                     DType dtype = DType::f32, Device device = Device::cpu());
+// Uniform numbers on [low, high) drawn where the tensor lives, in parallel, by the counter-based
+// Philox generator (core/philox.h): each call takes one 64-bit seed from `generator`, and the
+// same seed gives the same numbers on every device. Dropout masks are drawn this way.
+Tensor philox_uniform(const Shape& shape, Generator& generator, double low = 0, double high = 1,
+                      DType dtype = DType::f32, Device device = Device::cpu());
 
 }  // namespace tandem

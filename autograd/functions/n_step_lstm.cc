@@ -111,7 +111,7 @@ class NStepLSTM : public FunctionNode {
       Tensor mask;
       if (l > 0 && use_dropout_) {
         const Tensor keep =
-            greater_equal(rand_uniform(input.shape(), global_generator(), 0, 1, dtype, device), dropout_ratio_);
+            greater_equal(philox_uniform(input.shape(), global_generator(), 0, 1, dtype, device), dropout_ratio_);
         mask = where(keep, full({}, 1.0 / (1.0 - dropout_ratio_), dtype, device), zeros({}, dtype, device));
         input = mul(input, mask);
       }

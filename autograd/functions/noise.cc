@@ -16,7 +16,7 @@ class Dropout : public FunctionNode {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor& x = in[0];
     TANDEM_CHECK(is_floating(x.dtype()), "dropout: needs a floating input, got ", x.description());
-    const Tensor keep = greater_equal(rand_uniform(x.shape(), generator_, 0, 1, x.dtype(), x.device()), ratio_);
+    const Tensor keep = greater_equal(philox_uniform(x.shape(), generator_, 0, 1, x.dtype(), x.device()), ratio_);
     // The mask already carries the 1 / (1 - ratio) scale, so forward and backward are one multiply.
     const Tensor mask = where(keep, full({}, 1.0 / (1.0 - ratio_), x.dtype(), x.device()), zeros({}, x.dtype(), x.device()));
     save_for_backward({mask});

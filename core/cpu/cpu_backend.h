@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vhat,
                    const AdamStep& step) override;
   double sum_of_squares(const Tensor& x) override;
+  void random_uniform(Tensor& out, std::uint64_t seed, double low, double high) override;  // random.cc
 
   // ---- convolution and pooling (conv.cc, pooling.cc) ----
   void im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) override;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/ops.h"
+#include "core/philox.h"
 #include "tests/core/test_util.h"
 
 using namespace tandem;
@@ -137,4 +138,75 @@ TEST_CASE("random creation errors", "[random][errors]") {
   CHECK_THROWS_AS(rand_uniform({3}, g, 0, 1, DType::boolean), Error);
   CHECK_THROWS_WITH(randn({3}, g, 0, -1), Contains("randn"));
   CHECK_THROWS_WITH(rand_uniform({3}, g, 2, 1), Contains("rand_uniform"));
+}
+
+TEST_CASE("Philox4x32-10 reproduces Random123's known answers", "[random][philox]") {
+  using philox::Block;
+  const auto same = [](const Block& a, const Block& b) {
+    return a.v[0] == b.v[0] && a.v[1] == b.v[1] && a.v[2] == b.v[2] && a.v[3] == b.v[3];
+  };
+  REQUIRE(same(philox::philox4x32_10(Block{{0, 0, 0, 0}}, 0, 0),
+               Block{{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}}));
+  REQUIRE(same(philox::philox4x32_10(Block{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu,
+                                     0xffffffffu),
+               Block{{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}}));
+  REQUIRE(same(philox::philox4x32_10(Block{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u,
+                                     0x299f31d0u),
+               Block{{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}));
+}
+
+TEST_CASE("philox_uniform: one seed per call, element i a function of (seed, i) only", "[random][philox]") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Generator a(7), b(7);
+    const Tensor x = philox_uniform({1000, 37}, a, -2, 3, dtype);
+    const Tensor y = philox_uniform({1000, 37}, b, -2, 3, dtype);
+    REQUIRE(x.to_vector<double>() == y.to_vector<double>());
+    // The element values do not depend on the shape or on how the threads split the work.
+    Generator c(7);
+    const Tensor flat = philox_uniform({37000}, c, -2, 3, dtype);
+    REQUIRE(flat.to_vector<double>() == x.to_vector<double>());
+    // Element i is the documented function of (seed, i).
+    Generator d(7);
+    const std::uint64_t seed = d.next();
+    const std::vector<double> values = x.to_vector<double>();
+    for (std::uint64_t i : {0ull, 1ull, 2ull, 3ull, 4ull, 999ull, 36999ull}) {
+      const double expected = dtype == DType::f32 ? double(philox::uniform_f32(seed, i, -2.0, 3.0))
+                                                  : philox::uniform_f64(seed, i, -2.0, 3.0);
+      REQUIRE(values[i] == expected);
+    }
+    // The next call draws another stream.
+    REQUIRE(philox_uniform({1000, 37}, a, -2, 3, dtype).to_vector<double>() != values);
+    double lo = 1e9, hi = -1e9, sum = 0;
+    for (double v : values) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+      sum += v;
+    }
+    REQUIRE(lo >= -2);
+    REQUIRE(hi < 3);
+    REQUIRE(sum / values.size() == Approx(0.5).margin(0.03));  // mean of U[-2, 3) is 0.5; sd/sqrt(n) ~ 0.0075
+    // Ten equal bins each get a tenth (about 3700 +- 61).
+    std::vector<int> bins(10, 0);
+    for (double v : values) ++bins[std::min(9, static_cast<int>((v + 2) / 0.5))];
+    for (int count : bins) REQUIRE(std::abs(count - 3700) < 400);
+  }
+}
+
+TEST_CASE("philox_uniform in f32 is the f64 stream rounded, below high", "[random][philox]") {
+  Generator a(3), b(3);
+  const std::vector<double> f32 = philox_uniform({4096}, a, 0, 1, DType::f32).to_vector<double>();
+  const std::vector<double> f64 = philox_uniform({4096}, b, 0, 1, DType::f64).to_vector<double>();
+  for (std::size_t i = 0; i < f32.size(); ++i) {
+    REQUIRE(f32[i] == static_cast<double>(std::min(static_cast<float>(f64[i]), std::nextafter(1.0f, 0.0f))));
+    REQUIRE(f32[i] < 1.0);
+  }
+  // An empty range gives low (the pull-back below high applies only to a non-empty one).
+  REQUIRE(philox::uniform_f32(0, 0, 2.0, 2.0) == 2.0f);
+}
+
+TEST_CASE("philox_uniform errors", "[random][philox][errors]") {
+  Generator g(0);
+  REQUIRE_THROWS_WITH(philox_uniform({2}, g, 1, 0), Catch::Contains("philox_uniform: low 1 > high 0"));
+  REQUIRE_THROWS_WITH(philox_uniform({2}, g, 0, 1, DType::i32), Catch::Contains("philox_uniform: needs a floating dtype"));
+  REQUIRE(philox_uniform({0, 3}, g).numel() == 0);
 }
