@@ -31,6 +31,11 @@ bool is_overflowing_division(T x, T y) {
 }
 
 template <typename T>
+void exact_sqrt(const T* in, T* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = std::sqrt(in[i]);
+}
+
+template <typename T>
 void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, double p1) {
   ConstArrayMap<T> x(in, n);
   ArrayMap<T> y(out, n);
@@ -54,10 +59,13 @@ void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, dou
       case UnaryOp::tanh: y = x.tanh(); return;
       // 1 / (1 + exp(-x)) overflows gracefully to 0 for very negative x in IEEE arithmetic.
       case UnaryOp::sigmoid: y = T(1) / (T(1) + (-x).exp()); return;
-      case UnaryOp::sqrt: y = x.sqrt(); return;
+      // Not Eigen's packet sqrt: with EIGEN_FAST_MATH (kept for its fast tanh) it is an rsqrt
+      // estimate that gives NaN for +inf, +0 for -0 and 0 for subnormals, in the vector body only
+      // (so the answer depended on an element's position). std::sqrt is IEEE's, as on the GPU.
+      case UnaryOp::sqrt: exact_sqrt(in, out, n); return;
       case UnaryOp::pow_scalar:
         if (p0 == 2) y = x.square();
-        else if (p0 == 0.5) y = x.sqrt();
+        else if (p0 == 0.5) exact_sqrt(in, out, n);
         else y = x.pow(a);
         return;
       case UnaryOp::rdiv_scalar: y = a / x; return;
