@@ -1,5 +1,7 @@
 #include "autograd/gradcheck.h"
 
+#include "core/backend.h"
+
 #include <cmath>
 #include <sstream>
 
@@ -80,17 +82,26 @@ GradcheckResult gradcheck(const GradcheckFunction& fn, const std::vector<Tensor>
     Tensor& x = inputs[i];
     const std::int64_t n = x.numel();
     std::vector<double> numeric(n);
-    double* values = x.data<double>();
+    const std::vector<double> originals = x.to_vector<double>();
+    // Element j of x becomes `value`: in place on the host, one small upload on a device.
+    const auto set = [&x](std::int64_t j, double value) {
+      if (x.device().is_cpu()) {
+        x.data<double>()[j] = value;
+      } else {
+        backend_for(x.device(), "gradcheck")
+            .copy_from_host(static_cast<double*>(x.raw_data()) + j, &value, sizeof(double), x.device().index());
+      }
+    };
     for (std::int64_t j = 0; j < n; ++j) {
       NoGradGuard no_grad;
-      const double original = values[j];
+      const double original = originals[j];
       Variables leaves;
       for (const Tensor& input : inputs) leaves.emplace_back(input);
-      values[j] = original + options.eps;
+      set(j, original + options.eps);
       const double plus = weighted_sum(fn(leaves), weights);
-      values[j] = original - options.eps;
+      set(j, original - options.eps);
       const double minus = weighted_sum(fn(leaves), weights);
-      values[j] = original;
+      set(j, original);
       numeric[j] = (plus - minus) / (2 * options.eps);
     }
     if (!analytic[i].defined()) {

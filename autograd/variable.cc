@@ -58,6 +58,8 @@ void Variable::set_grad(const Tensor& grad) {
   VariableImpl& v = impl();
   TANDEM_CHECK(!grad.defined() || (grad.shape() == v.data.shape() && grad.dtype() == v.data.dtype()),
                "Variable::set_grad: gradient ", grad.description(), " does not match ", description());
+  TANDEM_CHECK(!grad.defined() || grad.device() == v.data.device(), "Variable::set_grad: gradient on ",
+               grad.device(), " for ", description(), " on ", v.data.device());
   v.grad = grad;
 }
 
