@@ -1,0 +1,296 @@
+// Tensors on cuda:0: moving to and from the device, copies, read-out, conversions, creation,
+// empty tensors, device errors, and the caching allocator behind them (cuda/cuda.h).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "tests/cuda/gpu_test_util.h"
+
+using namespace tandem;
+using namespace gpu_test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+// Values of every dtype that a copy must carry unchanged, edge cases included.
+std::vector<Tensor> edge_tensors() {
+  const std::int64_t big = (std::int64_t{1} << 53) + 1;  // not representable in double
+  return {
+      from_vector<float>({0.f, -0.f, 1.5f, -3.25f, 1e-40f /* subnormal */, 3.4e38f, float(kInf), float(-kInf),
+                          float(kNaN)},
+                         {9}),
+      from_vector<double>({0, -0.0, 0.1, -1e300, 4.9e-324, kInf, -kInf, kNaN}, {2, 4}),
+      from_vector<std::int32_t>({0, -1, 7, std::numeric_limits<std::int32_t>::min(),
+                                 std::numeric_limits<std::int32_t>::max()},
+                                {5}),
+      from_vector<std::int64_t>({big, -big, std::numeric_limits<std::int64_t>::min(),
+                                 std::numeric_limits<std::int64_t>::max(), 0, 42},
+                                {3, 2}),
+      from_vector<bool>({true, false, false, true, true}, {5, 1}),
+      scalar_tensor(2.5, DType::f64),
+  };
+}
+
+}  // namespace
+
+TEST_CASE("tensors move to cuda:0 and back bit for bit, every dtype", "[tensor][device]") {
+  for (const Tensor& host : edge_tensors()) {
+    INFO(host.description());
+    const Tensor dev = host.to(gpu());
+    REQUIRE(dev.device() == gpu());
+    REQUIRE(dev.shape() == host.shape());
+    REQUIRE(dev.dtype() == host.dtype());
+    REQUIRE_THAT(dev.description(), Contains("on cuda:0"));
+    REQUIRE_FALSE(dev.shares_storage_with(host));
+    REQUIRE(dev.to(gpu()).shares_storage_with(dev));  // already there: the same tensor
+    const Tensor back = dev.to(cpu());
+    REQUIRE(back.device().is_cpu());
+    REQUIRE(same_bytes(back, host));
+  }
+}
+
+TEST_CASE("creation directly on cuda:0 equals creation on the CPU", "[tensor][device]") {
+  for (DType dtype : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean}) {
+    INFO(dtype_name(dtype));
+    REQUIRE_GPU_MATCHES(zeros({3, 4}, dtype, gpu()), zeros({3, 4}, dtype), kExact);
+    REQUIRE_GPU_MATCHES(ones({5}, dtype, gpu()), ones({5}, dtype), kExact);
+    // fill converts its value as the CPU does (truncation for integers, non-zero is true).
+    for (double value : {3.75, -2.5, 0.0, 1e6}) {
+      INFO("full " << value);
+      REQUIRE_GPU_MATCHES(full({2, 3}, value, dtype, gpu()), full({2, 3}, value, dtype), kExact);
+    }
+    REQUIRE_GPU_MATCHES(scalar_tensor(1, dtype, gpu()), scalar_tensor(1, dtype), kExact);
+  }
+  // Large fills cover many blocks of the fill kernel.
+  REQUIRE_GPU_MATCHES(full({3000, 1001}, -0.5, DType::f32, gpu()), full({3000, 1001}, -0.5), kExact);
+  REQUIRE_GPU_MATCHES(full({1 << 20}, 7, DType::i64, gpu()), full({1 << 20}, 7, DType::i64), kExact);
+  const Tensor like = ones({2, 2}, DType::f64, gpu());
+  REQUIRE(zeros_like(like).device() == gpu());
+  REQUIRE(full_like(like, 3).device() == gpu());
+  REQUIRE_GPU_MATCHES(full_like(like, 3), full({2, 2}, 3, DType::f64), kExact);
+  REQUIRE_GPU_MATCHES(arange(-3, 5, 0.5, DType::f32, gpu()), arange(-3, 5, 0.5, DType::f32), kExact);
+  REQUIRE_GPU_MATCHES(from_vector<std::int32_t>({1, 2, 3}, {3}, gpu()), from_vector<std::int32_t>({1, 2, 3}, {3}),
+                      kExact);
+  REQUIRE_GPU_MATCHES(from_vector<bool>({true, false}, {2}, gpu()), from_vector<bool>({true, false}, {2}), kExact);
+  // Random tensors are drawn on the host: the same seed gives the same numbers on any device.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Generator g1(5), g2(5);
+    REQUIRE_GPU_MATCHES(randn({100, 7}, g1, 1, 2, dtype, gpu()), randn({100, 7}, g2, 1, 2, dtype), kExact);
+    REQUIRE_GPU_MATCHES(rand_uniform({33}, g1, -3, 3, dtype, gpu()), rand_uniform({33}, g2, -3, 3, dtype), kExact);
+  }
+}
+
+TEST_CASE("views of GPU tensors: reshape shares storage, slice_rows starts at its offset", "[tensor][view]") {
+  const Tensor host = iota({6, 4}, DType::i64);
+  const Tensor dev = host.to(gpu());
+  const Tensor flat = dev.reshape({24});
+  REQUIRE(flat.shares_storage_with(dev));
+  REQUIRE(flat.device() == gpu());
+  const Tensor rows = dev.slice_rows(2, 5);
+  REQUIRE(rows.shares_storage_with(dev));
+  REQUIRE(rows.storage_offset() == 8);
+  REQUIRE_GPU_MATCHES(rows, host.slice_rows(2, 5).clone(), kExact);
+  // A view with an offset moves from its offset (host to device and back).
+  const Tensor host_rows = host.slice_rows(3, 6).reshape({3, 2, 2});
+  REQUIRE_GPU_MATCHES(host_rows.to(gpu()), host_rows.clone(), kExact);
+  // Operations read views from their offset.
+  REQUIRE_GPU_MATCHES(add(rows, rows), add(host.slice_rows(2, 5), host.slice_rows(2, 5)), kExact);
+  REQUIRE(sum(rows).item() == sum(host.slice_rows(2, 5)).item());
+}
+
+TEST_CASE("copy_ between devices and on the device", "[tensor][copy]") {
+  const Tensor src = uniform({5, 3}, 1, -1, 1, DType::f64);
+  SECTION("host to device into an existing tensor, and back") {
+    Tensor dev = zeros({5, 3}, DType::f64, gpu());
+    dev.copy_(src);
+    REQUIRE(same_bytes(dev, src));
+    Tensor host = zeros({5, 3}, DType::f64);
+    host.copy_(dev);
+    REQUIRE(same_bytes(host, src));
+  }
+  SECTION("device to device on one device") {
+    const Tensor a = src.to(gpu());
+    Tensor b = empty({5, 3}, DType::f64, gpu());
+    b.copy_(a);
+    REQUIRE_FALSE(b.shares_storage_with(a));
+    REQUIRE(same_bytes(b, src));
+  }
+  SECTION("into a row view: only those rows change") {
+    Tensor dev = full({6, 3}, -1, DType::f64, gpu());
+    Tensor middle = dev.slice_rows(2, 4);
+    middle.copy_(src.slice_rows(0, 2));
+    Tensor want = full({6, 3}, -1, DType::f64);
+    Tensor want_middle = want.slice_rows(2, 4);
+    want_middle.copy_(src.slice_rows(0, 2));
+    REQUIRE_GPU_MATCHES(dev, want, kExact);
+    // and from a device view with an offset into the host
+    Tensor host = zeros({2, 3}, DType::f64);
+    host.copy_(dev.slice_rows(2, 4));
+    REQUIRE(same_bytes(host, src.slice_rows(0, 2).clone()));
+  }
+  SECTION("clone on the device is an independent copy") {
+    Tensor a = to_gpu(src);
+    const Tensor c = a.clone();
+    REQUIRE(c.device() == gpu());
+    REQUIRE_FALSE(c.shares_storage_with(a));
+    a.copy_(zeros({5, 3}, DType::f64));
+    REQUIRE(same_bytes(c, src));
+  }
+  SECTION("shape and dtype must match, whatever the devices") {
+    Tensor dev = zeros({5, 3}, DType::f32, gpu());
+    REQUIRE_THROWS_WITH(dev.copy_(src), Contains("copy_") && Contains("f64[5, 3]") && Contains("f32[5, 3] on cuda:0"));
+    Tensor wrong_shape = zeros({3, 5}, DType::f64, gpu());
+    REQUIRE_THROWS_AS(wrong_shape.copy_(src), Error);
+  }
+}
+
+TEST_CASE("item and to_vector read values back from the device", "[tensor][readout]") {
+  const Tensor f = from_vector<float>({1.5f, -2.25f, 3.f}, {3}, gpu());
+  REQUIRE(f.to_vector<float>() == std::vector<float>{1.5f, -2.25f, 3.f});
+  REQUIRE(f.to_vector<double>() == std::vector<double>{1.5, -2.25, 3});
+  REQUIRE(f.to_vector<std::int32_t>() == std::vector<std::int32_t>{1, -2, 3});  // converted as on the CPU
+  REQUIRE(f.to_vector<bool>() == std::vector<bool>{true, true, true});
+  REQUIRE(f.device() == gpu());  // read-out leaves the tensor where it is
+  REQUIRE(scalar_tensor(-7, DType::i64, gpu()).item() == -7);
+  REQUIRE(ones({1, 1}, DType::boolean, gpu()).item() == 1);
+  REQUIRE(sum(f).item() == Approx(2.25));
+  REQUIRE_THROWS_WITH(f.item(), Contains("item") && Contains("f32[3] on cuda:0"));
+  REQUIRE(zeros({0}, DType::f32, gpu()).to_vector<float>().empty());
+}
+
+TEST_CASE("to(dtype) on the GPU converts like the CPU, for every pair of dtypes", "[tensor][dtype]") {
+  // In range for every integer type; truncation toward zero, NaN and non-zero values to true.
+  const Tensor floats = from_vector<double>({-2.75, -1, -0.5, -0.0, 0, 0.5, 1, 2.999, 127.5, -1e6}, {10});
+  const Tensor with_nan = from_vector<double>({kNaN, kInf, -kInf, 0}, {4});
+  const Tensor ints = from_vector<std::int64_t>({-100000, -1, 0, 1, 2, 1 << 30}, {2, 3});
+  const Tensor bools = from_vector<bool>({true, false, true}, {3});
+  const std::vector<DType> all = {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean};
+  for (DType from : all) {
+    for (DType to : all) {
+      INFO(dtype_name(from) << " -> " << dtype_name(to));
+      const Tensor source = from == DType::boolean ? bools : is_floating(from) ? floats.to(from) : ints.to(from);
+      check_unary([to](const Tensor& x) { return x.to(to); }, source, kExact);
+      if (is_floating(from) && (is_floating(to) || to == DType::boolean))
+        check_unary([to](const Tensor& x) { return x.to(to); }, with_nan.to(from), kExact);
+    }
+  }
+  // Large, with an offset.
+  const Tensor big = uniform({1001, 999}, 2, -1000, 1000, DType::f64);
+  check_unary([](const Tensor& x) { return x.slice_rows(1, 1001).to(DType::i32); }, big, kExact);
+  check_unary([](const Tensor& x) { return x.to(DType::f32); }, big, kExact);
+}
+
+TEST_CASE("zero-sized tensors on the GPU pass through operations", "[tensor][empty]") {
+  const Tensor z = zeros({0, 3}, DType::f32, gpu());
+  REQUIRE(z.numel() == 0);
+  REQUIRE(z.device() == gpu());
+  REQUIRE(z.to(cpu()).shape() == Shape{0, 3});
+  REQUIRE(z.clone().shape() == Shape{0, 3});
+  REQUIRE(z.to(DType::i64).device() == gpu());
+  REQUIRE((z + ones({3}, DType::f32, gpu())).shape() == Shape{0, 3});
+  REQUIRE(exp(z).shape() == Shape{0, 3});
+  REQUIRE(less(z, 1.0).dtype() == DType::boolean);
+  REQUIRE(sum(z).item() == 0);
+  REQUIRE_GPU_MATCHES(sum(z, {0}), zeros({3}), kExact);
+  REQUIRE(max(z, {1}).shape() == Shape{0});
+  REQUIRE_GPU_MATCHES(matmul(z, ones({3, 2}, DType::f32, gpu())), zeros({0, 2}), kExact);
+  REQUIRE_GPU_MATCHES(matmul(zeros({2, 0}, DType::f32, gpu()), zeros({0, 3}, DType::f32, gpu())), zeros({2, 3}),
+                      kExact);
+  REQUIRE(transpose(z).shape() == Shape{3, 0});
+  REQUIRE(broadcast_to(z, {4, 0, 3}).shape() == Shape{4, 0, 3});
+  REQUIRE_GPU_MATCHES(concat({z, ones({2, 3}, DType::f32, gpu())}), ones({2, 3}), kExact);
+  REQUIRE(index(z, {Index::all(), Index::at(1)}).shape() == Shape{0});
+  REQUIRE(where(less(z, 0.0), z, z).shape() == Shape{0, 3});
+  Tensor target = zeros({0, 3}, DType::f32, gpu());
+  target.copy_(zeros({0, 3}));
+  add_(target, ones({3}, DType::f32, gpu()));
+  REQUIRE(target.numel() == 0);
+}
+
+TEST_CASE("operands on different devices are an error naming both", "[tensor][errors]") {
+  const Tensor host = ones({2, 3});
+  const Tensor dev = ones({2, 3}, DType::f32, gpu());
+  const auto names_both = Contains("cpu") && Contains("cuda:0");
+  REQUIRE_THROWS_WITH(add(host, dev), Contains("add") && Contains("different devices") && names_both);
+  REQUIRE_THROWS_WITH(dev * host, Contains("mul") && names_both);
+  REQUIRE_THROWS_WITH(matmul(dev, host, false, true), Contains("matmul") && names_both);
+  REQUIRE_THROWS_WITH(where(less(host, 0.0), dev, dev), Contains("where") && names_both);
+  REQUIRE_THROWS_WITH(concat({host, dev}), Contains("concat") && names_both);
+  Tensor target = zeros({2, 3}, DType::f32, gpu());
+  REQUIRE_THROWS_WITH(add_(target, host), Contains("add_") && names_both);
+  const Tensor ids = from_vector<std::int64_t>({0, 1}, {2});
+  REQUIRE_THROWS_WITH(take_rows(dev, ids), names_both);
+  // Differentiable functions check too, naming what is where.
+  REQUIRE_THROWS_WITH(F::linear(Variable(host), Variable(dev)), names_both);
+  REQUIRE_THROWS_WITH(F::embed_id(Variable(ids), Variable(dev)),
+                      Contains("embed_id") && Contains("ids on cpu") && Contains("cuda:0"));
+  REQUIRE_THROWS_WITH(F::softmax_cross_entropy(Variable(dev), Variable(ids)),
+                      Contains("softmax_cross_entropy") && names_both);
+  // Copies across devices are explicit and allowed.
+  Tensor host_copy = zeros({2, 3});
+  REQUIRE_NOTHROW(host_copy.copy_(dev));
+}
+
+TEST_CASE("a device that does not exist is an error naming it", "[tensor][errors]") {
+  const int missing = cuda::device_count();
+  const std::string name = "cuda:" + std::to_string(missing);
+  REQUIRE_THROWS_WITH(zeros({2}, DType::f32, Device::cuda(missing)), Contains(name));
+  REQUIRE_THROWS_WITH(ones({2}).to(Device::cuda(missing)), Contains(name));
+  REQUIRE_THROWS_WITH(cuda::memory_stats(missing), Contains(name));
+  REQUIRE_THROWS_WITH(cuda::synchronize(missing), Contains(name));
+  REQUIRE_THROWS_WITH(cuda::require_device(missing, "my_op"), Contains("my_op") && Contains(name));
+  REQUIRE_NOTHROW(cuda::require_device(0, "my_op"));
+  REQUIRE(cuda::built_with_cuda());
+  REQUIRE(cuda::unavailable_reason().empty());
+}
+
+TEST_CASE("GPU memory comes from the caching allocator and is reused", "[tensor][memory]") {
+  cuda::synchronize(0);
+  cuda::empty_cache(0);
+  const cuda::MemoryStats before = cuda::memory_stats(0);
+  REQUIRE(before.cached_bytes == 0);
+  constexpr std::size_t kBytes = std::size_t(4) << 20;  // a multiple of the 128 KiB granule
+  const void* first = nullptr;
+  {
+    const Tensor t({static_cast<std::int64_t>(kBytes / 4)}, DType::f32, gpu());
+    first = t.raw_data();
+    const cuda::MemoryStats during = cuda::memory_stats(0);
+    REQUIRE(during.in_use_bytes == before.in_use_bytes + kBytes);
+    REQUIRE(during.raw_allocations == before.raw_allocations + 1);
+    REQUIRE(during.peak_in_use_bytes >= during.in_use_bytes);
+  }
+  const cuda::MemoryStats after = cuda::memory_stats(0);
+  REQUIRE(after.in_use_bytes == before.in_use_bytes);
+  REQUIRE(after.cached_bytes == kBytes);
+  {
+    // The same size again: the cached block, no new cudaMalloc.
+    const Tensor u({static_cast<std::int64_t>(kBytes / 8)}, DType::f64, gpu());
+    REQUIRE(u.raw_data() == first);
+    REQUIRE(cuda::memory_stats(0).raw_allocations == before.raw_allocations + 1);
+    REQUIRE(cuda::memory_stats(0).cached_bytes == 0);
+  }
+  cuda::empty_cache(0);
+  REQUIRE(cuda::memory_stats(0).cached_bytes == 0);
+  REQUIRE(cuda::memory_stats(0).in_use_bytes == before.in_use_bytes);
+  // Work after empty_cache still runs (new blocks come from the driver again).
+  REQUIRE_GPU_MATCHES(full({1000}, 2, DType::f32, gpu()) * 3.0, full({1000}, 6), kExact);
+  // Many short-lived temporaries of one size stay within a couple of blocks.
+  const cuda::MemoryStats start = cuda::memory_stats(0);
+  Tensor acc = zeros({1 << 18}, DType::f32, gpu());
+  for (int i = 0; i < 50; ++i) acc = acc + 1.0;
+  REQUIRE(cuda::memory_stats(0).raw_allocations <= start.raw_allocations + 2);
+  REQUIRE(acc.to_vector<float>()[12345] == 50.f);
+}
+
+TEST_CASE("synchronize and the TF32 switch", "[tensor][runtime]") {
+  REQUIRE_NOTHROW(cuda::synchronize(0));
+  REQUIRE_FALSE(cuda::allow_tf32());  // exact FP32 products unless asked
+  cuda::set_allow_tf32(true);
+  REQUIRE(cuda::allow_tf32());
+  cuda::set_allow_tf32(false);
+  REQUIRE_FALSE(cuda::allow_tf32());
+}
