@@ -138,7 +138,8 @@ void Link::add_uninitialized_param(const std::string& name) {
 
 Variable& Link::initialize_param(const std::string& name, const Tensor& value) {
   Variable& slot = params_[param_index(name)].second;
-  slot = Variable(value, true, name);
+  // Initialisers draw on the host; a link already moved to a device keeps its parameters there.
+  slot = Variable(value.to(device_), true, name);
   return slot;
 }
 
@@ -147,7 +148,21 @@ bool Link::param_initialized(const std::string& name) const { return params_[par
 void Link::add_persistent(const std::string& name, const Tensor& value) {
   for (const auto& entry : persistents_)
     TANDEM_CHECK(entry.first != name, type_name(), ": persistent '", name, "' registered twice");
-  persistents_.emplace_back(name, value);
+  persistents_.emplace_back(name, value.defined() ? value.to(device_) : value);
+}
+
+Link& Link::to(const Device& device) {
+  for (auto& [name, param] : params_) {
+    if (!param.defined()) continue;
+    // Same Variable, new storage: optimizers and graphs holding the Variable see the move.
+    param.set_data(param.data().to(device));
+    if (param.grad().defined()) param.set_grad(param.grad().to(device));
+  }
+  for (auto& [name, value] : persistents_)
+    if (value.defined()) value = value.to(device);
+  for (auto& [name, child] : children_) child->to(device);
+  device_ = device;
+  return *this;
 }
 
 void Link::add_child(const std::string& name, LinkPtr child) {
@@ -156,6 +171,7 @@ void Link::add_child(const std::string& name, LinkPtr child) {
   for (const auto& entry : children_)
     TANDEM_CHECK(entry.first != name, type_name(), ": child '", name, "' registered twice");
   child->set_train(train_);
+  if (child->device() != device_) child->to(device_);
   children_.emplace_back(name, std::move(child));
 }
 

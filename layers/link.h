@@ -48,6 +48,14 @@ class Link {
   // Copies parameter and persistent values from a link of the same structure.
   void copyparams(const Link& other);
 
+  // Moves every parameter (its value and gradient) and every persistent buffer of this link and
+  // its descendants to `device`, as Chainer's to_device; parameters initialised later (lazy
+  // shapes) are created there too. Returns *this. Optimizer state follows the parameters on
+  // the next update.
+  Link& to(const Device& device);
+  // The device the link's parameters live on (cpu until to() moves them).
+  const Device& device() const { return device_; }
+
   // Train/test mode of this link and its children (read by links such as BatchNormalization).
   void set_train(bool train);
   bool is_train() const { return train_; }
@@ -78,6 +86,7 @@ class Link {
 
   std::vector<std::pair<std::string, Variable>> params_;
   std::vector<std::pair<std::string, Tensor>> persistents_;
+  Device device_ = Device::cpu();
   std::vector<std::pair<std::string, LinkPtr>> children_;
   bool train_ = true;
 };

@@ -57,7 +57,8 @@ LossFunction classifier_loss(std::shared_ptr<Model> model) {
   return [model](const Example& batch) {
     TANDEM_CHECK(batch.size() == 2, "classifier_loss: batches must have 2 fields (x, t), got ", batch.size());
     LossResult result;
-    result.loss = model->forward(Variable(batch[0]), Variable(batch[1]));
+    // The iterator stacks batches on the host; they go to the model's device (Chainer's converter).
+    result.loss = model->forward(Variable(batch[0].to(model->device())), Variable(batch[1].to(model->device())));
     result.observation = model->observation();
     return result;
   };

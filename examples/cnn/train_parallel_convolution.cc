@@ -75,11 +75,12 @@ int main(int argc, char** argv) {
                                "'latest': continue from the newest snapshot that every rank completed", defaults);
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
+  examples::add_communicator_flag(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_parallel_convolution", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
   // From here an exception on one rank aborts every rank (the communicator's handler).
-  auto comm = create_communicator("naive");
+  auto comm = create_communicator(flags.get_string("communicator"));
   const int rank = comm->rank();
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
                   width = flags.get_int("unit");
@@ -112,6 +113,10 @@ int main(int argc, char** argv) {
   auto cnn = std::make_shared<ParallelVGG>(comm, width);
   auto model = std::make_shared<Classifier>(cnn);
   auto optimizer = std::make_shared<Adam>();
+  // --gpu: each rank's part of the model on its GPU; received tensors land there too.
+  const Device device = examples::training_device(flags, "train_parallel_convolution", comm->intra_rank());
+  comm->set_device(device);
+  model->to(device);
   optimizer->setup(model);
   auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, classifier_loss(model));
   const std::string out = flags.get_string("out") + (rank == 0 ? "" : "/rank" + std::to_string(rank));

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "cuda/cuda.h"
 
 namespace tandem {
 namespace examples {
@@ -120,9 +121,22 @@ int parse_command_line(Flags& flags, int argc, char** argv, const std::string& p
 
 Device training_device(const Flags& flags, const std::string& program) {
   const long long gpu = flags.get_int("gpu");
-  TANDEM_CHECK(gpu == -1, program, ": --gpu ", gpu, " needs the CUDA backend, which this build does not have "
-               "(use --gpu -1, the CPU)");
-  return Device::cpu();
+  if (gpu == -1) return Device::cpu();
+  TANDEM_CHECK(gpu >= 0 && gpu < (1 << 16), program, ": --gpu must be -1 (the CPU) or a device index, got ", gpu);
+  const std::string what = program + " --gpu " + std::to_string(gpu);
+  cuda::require_device(static_cast<int>(gpu), what.c_str());
+  return Device::cuda(static_cast<int>(gpu));
+}
+
+Device training_device(const Flags& flags, const std::string& program, int intra_rank) {
+  if (flags.get_int("gpu") == -1) return Device::cpu();
+  training_device(flags, program);  // validates the flag and that there is a GPU at all
+  return Device::cuda(intra_rank % cuda::device_count());
+}
+
+void add_communicator_flag(Flags& flags) {
+  flags.add_string("communicator", "naive",
+                   "naive (MPI; GPU tensors through host memory) or pure_nccl (NCCL between GPUs, one per rank)");
 }
 
 }  // namespace examples

@@ -49,9 +49,19 @@ class Flags {
 int parse_command_line(Flags& flags, int argc, char** argv, const std::string& program,
                        std::initializer_list<const char*> positive = {});
 
-// The device that the trainers' --gpu flag (an int, -1 for the CPU) selects. This build has no
-// CUDA backend yet, so any GPU is an error that says so, naming the program.
+// The device that the trainers' --gpu flag (an int, -1 for the CPU) selects: cuda:<gpu>. A GPU
+// that this build (no --config=cuda) or this machine does not have is an error naming the
+// program and the reason.
 Device training_device(const Flags& flags, const std::string& program);
+// The same for a process of a multi-rank trainer: with --gpu >= 0 every rank takes the GPU of
+// its index among the ranks on its host (ChainerMN's `device = comm.intra_rank`), modulo the
+// number of GPUs, so that ranks share GPUs when there are fewer GPUs than ranks ("naive" allows
+// that; "pure_nccl" refuses it with an error).
+Device training_device(const Flags& flags, const std::string& program, int intra_rank);
+
+// --communicator for the multi-rank trainers: "naive" (MPI; GPU tensors through host memory,
+// the default) or "pure_nccl" (NCCL between GPUs; needs --gpu and a GPU per rank).
+void add_communicator_flag(Flags& flags);
 
 }  // namespace examples
 }  // namespace tandem

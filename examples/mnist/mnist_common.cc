@@ -37,7 +37,7 @@ void add_training_flags(Flags& flags, const std::string& batchsize_help, const s
   flags.add_string("data-dir", "", "directory of the MNIST-format IDX files; empty: $TANDEM_MNIST_DIR, else "
                    "/usr/share/datasets/fashion-mnist");
   flags.add_int("seed", 0, "random seed (initialisation and shuffling)");
-  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (the CUDA backend is not in this build yet)");
+  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
 }
 
 void extend_with_report(Trainer& trainer) {

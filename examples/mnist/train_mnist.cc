@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
                                  "snapshot to resume from ('latest': the newest one in --out)");
     flags.add_int("frequency", 1, "snapshot every this many epochs");
     if (!flags.parse(argc, argv)) return 0;
-    examples::training_device(flags, "train_mnist");
+    const Device device = examples::training_device(flags, "train_mnist");
     const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch");
     const long long units = flags.get_int("unit"), frequency = flags.get_int("frequency");
     TANDEM_CHECK(batchsize > 0 && epochs > 0 && units > 0 && frequency > 0,
@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
     std::printf("# unit: %lld  # minibatch: %lld  # epoch: %lld\n", units, batchsize, epochs);
 
     auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
+    model->to(device);
     auto optimizer = std::make_shared<Adam>();
     optimizer->setup(model);
     auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true,

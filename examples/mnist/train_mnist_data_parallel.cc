@@ -31,11 +31,12 @@ int main(int argc, char** argv) {
   examples::add_training_flags(flags, "examples per minibatch on each rank",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from the newest snapshot that every rank completed");
+  examples::add_communicator_flag(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_data_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
   // From here an exception on one rank aborts them all (the communicator's handler).
-  auto comm = create_communicator("naive");
+  auto comm = create_communicator(flags.get_string("communicator"));
   const int rank = comm->rank();
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
                   units = flags.get_int("unit");
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
 
   auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
   auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), comm);
+  // --gpu: each rank's part of the model on its GPU; received tensors land there too.
+  const Device device = examples::training_device(flags, "train_mnist_data_parallel", comm->intra_rank());
+  comm->set_device(device);
+  model->to(device);
   optimizer->setup(model);
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
   auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);

@@ -50,7 +50,7 @@ class ExplicitRank1 : public Chain {
     last = add_link("0", std::make_shared<examples::MLPLastLayers>(units));
   }
   Variables forward_many(const Variables&) override {
-    Variable h = F::recv(*comm_, 0);
+    Variable h = F::recv(*comm_, 0, Variable(), 0, device());  // onto this rank's device
     return {F::send((*last)(h), *comm_, 0)};  // a delegate: backward() on it runs the exchange
   }
   std::shared_ptr<examples::MLPLastLayers> last;
@@ -69,11 +69,12 @@ int main(int argc, char** argv) {
                                "directory for the log and snapshots (rank 1 writes to <out>/rank1)",
                                "'latest': continue from the newest snapshot that both ranks completed");
   flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
+  examples::add_communicator_flag(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_model_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
   // From here an exception on one rank aborts both (the communicator's handler).
-  auto comm = create_communicator("naive");
+  auto comm = create_communicator(flags.get_string("communicator"));
   const int rank = comm->rank();
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
                   units = flags.get_int("unit");
@@ -132,6 +133,10 @@ int main(int argc, char** argv) {
   }
 
   auto optimizer = std::make_shared<Adam>();
+  // --gpu: each rank's part of the model on its GPU; received tensors land there too.
+  const Device device = examples::training_device(flags, "train_mnist_model_parallel", comm->intra_rank());
+  comm->set_device(device);
+  model->to(device);
   optimizer->setup(model);
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, rank == 0,
                                                      static_cast<std::uint64_t>(flags.get_int("seed")));

@@ -25,7 +25,8 @@ Variables embed_sequences(EmbedID& embed, const TokenSequences& sequences) {
     if (i > 0) cuts.push_back(static_cast<std::int64_t>(all.size()));
     all.insert(all.end(), sequences[i].begin(), sequences[i].end());
   }
-  const Variable embedded = embed(Variable(from_vector(all)));
+  // The ids go where the embedding's table lives (the model may be on a GPU).
+  const Variable embedded = embed(Variable(from_vector(all).to(embed.device())));
   if (sequences.size() == 1) return {embedded};
   return F::split_axis(embedded, cuts, 0);
 }
@@ -82,7 +83,7 @@ DecoderLoss Decoder::loss(const Variable& hx, const Variable& cx, const TokenSeq
   }
   const functions::NStepLSTMResult decoded = run_lstm(hx, cx, embed_sequences(*embed_, inputs), true);
   const Variable logits = (*out_)(F::concat(decoded.ys, 0));
-  const Variable t(from_vector(outputs));
+  const Variable t(from_vector(outputs).to(device()));
   return {F::softmax_cross_entropy(logits, t), F::accuracy(logits, t).data().item()};
 }
 

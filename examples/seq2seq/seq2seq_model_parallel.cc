@@ -151,14 +151,15 @@ int main(int argc, char** argv) {
                 "of them)");
   flags.add_int("eval-size", 1000, "held-out pairs evaluated after each epoch (all of them at the end)");
   flags.add_int("seed", 0, "random seed (initialisation and shuffling; the held-out split is fixed)");
-  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (the CUDA backend is not in this build yet)");
+  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
+  examples::add_communicator_flag(flags);
   const int status = examples::parse_command_line(flags, argc, argv, "seq2seq_model_parallel",
                                                   {"batchsize", "epoch", "unit", "layer", "eval-size"});
   if (status >= 0) return status;
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch");
   const long long eval_size = flags.get_int("eval-size");
   // From here an exception on one rank aborts both (the communicator's handler).
-  auto comm = create_communicator("naive");
+  auto comm = create_communicator(flags.get_string("communicator"));
   const int rank = comm->rank();
   TANDEM_CHECK(comm->size() == 2, "seq2seq_model_parallel runs on exactly 2 ranks (mpiexec.mpich -n 2), not ",
                comm->size());
@@ -215,6 +216,10 @@ int main(int argc, char** argv) {
   }
 
   auto optimizer = std::make_shared<Adam>();
+  // --gpu: each rank's part of the model on its GPU; received tensors land there too.
+  const Device device = examples::training_device(flags, "seq2seq_model_parallel", comm->intra_rank());
+  comm->set_device(device);
+  model->to(device);
   optimizer->setup(model);
   // The same seed on both ranks: the same order of pairs, so rank 1 decodes what rank 0 encoded.
   auto train_iter = std::make_shared<SerialIterator>(data.train, batchsize, true, true,

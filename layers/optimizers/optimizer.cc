@@ -34,6 +34,9 @@ void Optimizer::update() {
                  param.description());
     auto [it, created] = states_.try_emplace(name);
     if (created) init_state(param, it->second);
+    // State made (or loaded) before the link moved to another device follows its parameter.
+    for (auto& [key, tensor] : it->second)
+      if (tensor.device() != param.data().device()) tensor = tensor.to(param.data().device());
     update_one(param, it->second);
   }
 }
@@ -78,7 +81,8 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     TANDEM_CHECK(param != params.end(), type_name(), ": state for '", param_name, "', which the model does not have");
     TANDEM_CHECK(tensor.shape() == param->second.shape() && tensor.dtype() == param->second.dtype(), type_name(),
                  ": state '", key, "' is ", tensor.description(), " but the parameter is ", param->second.description());
-    states[param_name][key.substr(slash + 1)] = tensor.clone();
+    // On the parameter's device (a snapshot is read on the host).
+    states[param_name][key.substr(slash + 1)] = tensor.to(param->second.data().device()).clone();
   }
   TANDEM_CHECK(t >= 0 && epoch >= 0, type_name(), ": the saved state has no 't'/'epoch' entries");
   // A parameter's state is all or nothing: update_one reads every entry that init_state makes.

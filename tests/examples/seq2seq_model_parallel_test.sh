@@ -61,7 +61,7 @@ fails() {  # fails NAME MESSAGE RANKS ARGS...
   grep -q -- "$message" "$tmp/$name.txt" || { cat "$tmp/$name.txt"; echo "FAIL: $name message"; exit 1; }
 }
 fails one_rank "runs on exactly 2 ranks (mpiexec.mpich -n 2), not 1" 1 --epoch 1
-fails gpu "error: seq2seq_model_parallel: --gpu 0 needs the CUDA backend" 2 --gpu 0
+fails gpu "error: seq2seq_model_parallel --gpu 0: no CUDA device" 2 --gpu 0
 fails flag "error: seq2seq_model_parallel: unknown flag --epochs" 2 --epochs 3
 printf '1 2\tone two\nno tab here\n' > "$tmp/bad.tsv"
 fails tsv_line "bad.tsv:2: expected 'source<TAB>target'" 2 --data-dir "$tmp/bad.tsv"

@@ -96,7 +96,7 @@ expect_error() {  # expect_error NAME MESSAGE RANKS ARGS...
   grep -q -- "$message" "$TEST_TMPDIR/$name.txt" || { cat "$TEST_TMPDIR/$name.txt"; echo "FAIL: $name message"; exit 1; }
 }
 expect_error odd "runs on an even number of ranks (pairs of ranks; mpiexec.mpich -n 4), not 3" 3 "$bin" --epoch 1
-expect_error gpu "train_mnist_dual_parallel: --gpu 0 needs the CUDA backend" 4 "$bin" --gpu 0
+expect_error gpu "train_mnist_dual_parallel --gpu 0: no CUDA device" 4 "$bin" --gpu 0
 expect_error flag "unknown flag --epochs" 4 "$bin" --epochs 3
 expect_error resume "no snapshot manifest $TEST_TMPDIR/none/snapshot_manifest.json" 4 "$bin" --epoch 1 --out "$TEST_TMPDIR/none" --resume latest
 echo PASS

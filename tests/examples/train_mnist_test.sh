@@ -37,5 +37,5 @@ fails "needs an integer" --epoch ten
 fails "unknown flag --epochs" --epochs 3
 fails "/nonexistent-mnist" --data-dir /nonexistent-mnist --out "$TEST_TMPDIR/bad"
 fails "no snapshot" --resume latest --out "$TEST_TMPDIR/empty"
-fails "train_mnist: --gpu 0 needs the CUDA backend" --gpu 0
+fails "train_mnist --gpu 0: no CUDA device" --gpu 0
 "$bin" --help | grep -q -- "--batchsize"

@@ -46,7 +46,7 @@ expect_error() {
   if mpi "$@" > "$TEST_TMPDIR/err.txt" 2>&1; then echo "FAIL: accepted: $*"; exit 1; fi
   grep -q "$message" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; echo "FAIL: no '$message'"; exit 1; }
 }
-expect_error "needs the CUDA backend" 2 "$bin" --gpu 0
+expect_error "train_parallel_convolution --gpu 0: no CUDA device" 2 "$bin" --gpu 0
 expect_error "fewer channels than the 3 ranks" 3 "$bin" --unit 2
 expect_error "resume takes 'latest'" 2 "$bin" "${small[@]}" --resume nowhere.npz
 expect_error "unknown flag --epochs" 2 "$bin" --epochs 3

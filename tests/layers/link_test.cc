@@ -3,6 +3,7 @@
 
 #include "autograd/functions.h"
 #include "core/ops.h"
+#include "cuda/cuda.h"
 #include "layers/links/classifier.h"
 #include "layers/links/linear.h"
 
@@ -132,4 +133,20 @@ TEST_CASE("Chain::get reports missing children and wrong types", "[link]") {
   REQUIRE(mlp.get<Linear>("l1") == mlp.l1);
   REQUIRE_THROWS_WITH(mlp.get("l9"), Catch::Contains("no child 'l9'") && Catch::Contains("l1, l2"));
   REQUIRE_THROWS_WITH(mlp.get<Classifier>("l1"), Catch::Contains("Linear"));
+}
+
+TEST_CASE("to(device) keeps parameters on the CPU and refuses a GPU this build or machine lacks", "[link]") {
+  auto mlp = std::make_shared<MLP>();
+  REQUIRE(&mlp->to(Device::cpu()) == mlp.get());
+  REQUIRE(mlp->device() == Device::cpu());
+  const Variable y = (*mlp)(Variable(ones({2, 4})));  // lazy l1 initialised on the link's device
+  for (const Variable& p : mlp->params()) REQUIRE(p.data().device() == Device::cpu());
+  REQUIRE(y.shape() == Shape{2, 3});
+  if (cuda::device_count() == 0) {
+    // The error says why; nothing moved, and the model still works on the CPU.
+    REQUIRE_THROWS_WITH(mlp->to(Device::cuda(0)), Catch::Contains("cuda") && Catch::Contains("CUDA"));
+    REQUIRE(mlp->device() == Device::cpu());
+    for (const Variable& p : mlp->params()) REQUIRE(p.data().device() == Device::cpu());
+    REQUIRE((*mlp)(Variable(ones({2, 4}))).shape() == Shape{2, 3});
+  }
 }

@@ -31,7 +31,7 @@ class Evaluator : public Extension {
 template <typename Model>
 Evaluator::EvalFunction classifier_eval(std::shared_ptr<Model> model) {
   return [model](const Example& batch) {
-    model->forward(Variable(batch[0]), Variable(batch[1]));
+    model->forward(Variable(batch[0].to(model->device())), Variable(batch[1].to(model->device())));
     return model->observation();
   };
 }
