@@ -1,9 +1,22 @@
 // Communicators: tensor and object traffic between the processes of an MPI job.
 //
-// create_communicator("naive") wraps MPI (MPICH) for CPU tensors. A communicator is created
-// collectively (every rank of the MPI communicator it wraps calls create_communicator in the
-// same order), and every collective member below must be called by all of its ranks in the
-// same order, as in MPI.
+// create_communicator("naive") wraps MPI (MPICH); create_communicator("pure_nccl") moves CUDA
+// tensors with NCCL and everything else with MPI. A communicator is created collectively (every
+// rank of the MPI communicator it wraps calls create_communicator in the same order), and every
+// collective member below must be called by all of its ranks in the same order, as in MPI.
+//
+// Tensors may be on any device, and ranks may differ (a CPU rank may send to a GPU rank: the
+// bytes are the same). "naive" stages CUDA tensors through host memory for MPI; "pure_nccl"
+// moves them on the GPU, in the order of the kernels queued on their device, and needs every
+// rank of a collective to pass tensors of the same kind (all CUDA or all CPU).
+// Where results land:
+// - on the device of the tensor this rank passed (for a list, of its first tensor): allreduce,
+//   allgather, alltoall, reduce, reduce_scatter, gather at the root;
+// - where this rank passes none (recv, and bcast or scatter away from the root): on the CPU when
+//   the sender's tensor was on the CPU, otherwise on device(): this rank's GPU for "pure_nccl",
+//   the CPU for "naive" unless set_device chose a GPU. The differentiable functions refine this
+//   (comm/functions): a received variable lands on the device of the delegate passed with it,
+//   or of recv's `device` argument (as ChainerMN's recv(..., device)).
 //
 // Nothing here can hang silently or deliver garbage: every message carries a header (the
 // operation, dtype, shape and a sequence number per peer and tag; see message.h), so a
@@ -59,7 +72,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   virtual ~Communicator() = default;
 
-  // "naive".
+  // "naive" or "pure_nccl".
   virtual std::string name() const = 0;
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -70,6 +83,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int intra_size() const { return intra_size_; }
   int inter_rank() const { return inter_rank_; }
   int inter_size() const { return inter_size_; }
+
+  // Where CUDA tensors sent to a rank that passes no tensor of its own land (see the top of this
+  // file): "pure_nccl": its GPU, cuda:(intra_rank() % number of GPUs), as in ChainerMN; "naive":
+  // the CPU until set. A CUDA device that is not the one pure_nccl communicates on costs a copy.
+  const Device& device() const { return device_; }
+  void set_device(const Device& device) { device_ = device; }
 
   // Waits longer than this many seconds become errors; 0 waits forever. Defaults to
   // TANDEM_COMM_TIMEOUT (unset: forever).
@@ -129,13 +148,18 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int rank_ = 0, size_ = 1;
   int intra_rank_ = 0, intra_size_ = 1, inter_rank_ = 0, inter_size_ = 1;
   double timeout_seconds_ = 0;
+  Device device_ = Device::cpu();
 };
 
 using CommunicatorPtr = std::shared_ptr<Communicator>;
 
 // A communicator over MPI_COMM_WORLD (MPI is initialised on first use and finalised at exit).
 // To wrap an existing MPI communicator, see comm/mpi_communicator.h.
-// Names: "naive" (MPI, CPU tensors). An unknown name is an error listing the valid ones.
+// Names: "naive" (MPI; CUDA tensors through host memory) and "pure_nccl" (NCCL for CUDA tensors,
+// MPI for CPU tensors, objects and the headers; one GPU per rank). An unknown name is an error
+// listing the valid ones; "pure_nccl" in a build without CUDA or on a machine without a GPU is
+// an error saying why (before any MPI call), and ranks that would share a GPU an error on every
+// rank.
 // Unless OMP_NUM_THREADS is set, it also divides the host's cores among the ranks on the host
 // (core/threads.h): each rank's CPU kernels then use cores / intra_size() threads.
 CommunicatorPtr create_communicator(const std::string& name = "naive");

@@ -1,11 +1,11 @@
 // The data-parallel members of Communicator: broadcasting parameters and averaging gradients,
 // one packed buffer per dtype so that a model costs one collective, not one per parameter.
-#include <cstring>
 #include <map>
 
 #include "autograd/check_finite.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "core/ops.h"
 #include "layers/link.h"
 
 namespace tandem {
@@ -47,18 +47,32 @@ std::int64_t total_numel(const std::vector<Entry>& entries) {
   return n;
 }
 
+// The packed buffer lives where the link's parameters do (those of the first entry): packing and
+// unpacking are then copies on that device, and only the packed buffer crosses to the host (when
+// the communicator stages it there) or travels on the device.
+Device group_device(const std::vector<Entry>& entries) { return entries.front().param.data().device(); }
+
+// Entry i's place in a packed buffer: a view of `flat`.
+std::vector<Tensor> slots(const Tensor& flat, const std::vector<Entry>& entries) {
+  std::vector<Tensor> views;
+  std::int64_t begin = 0;
+  for (const Entry& e : entries) {
+    views.push_back(flat.slice_rows(begin, begin + e.param.numel()).reshape(e.param.shape()));
+    begin += e.param.numel();
+  }
+  return views;
+}
+
 }  // namespace
 
 void Communicator::bcast_data(Link& link) {
   for (auto& [dtype, entries] : by_dtype(link)) {
+    const Device device = group_device(entries);
     Tensor flat;
     if (rank_ == 0) {
-      flat = Tensor({total_numel(entries)}, dtype);
-      char* out = static_cast<char*>(flat.raw_data());
-      for (const Entry& e : entries) {
-        std::memcpy(out, e.param.data().raw_data(), e.param.data().nbytes());
-        out += e.param.data().nbytes();
-      }
+      flat = Tensor({total_numel(entries)}, dtype, device);
+      std::vector<Tensor> views = slots(flat, entries);
+      for (std::size_t i = 0; i < entries.size(); ++i) views[i].copy_(entries[i].param.data());
     }
     try {
       flat = bcast_checked(flat, 0, params_digest(entries), "bcast_data");
@@ -67,35 +81,34 @@ void Communicator::bcast_data(Link& link) {
                   dtype_name(dtype), " parameters); ", e.what());
     }
     if (rank_ == 0) continue;
-    std::int64_t begin = 0;
-    for (Entry& e : entries) {
-      Tensor data = e.param.data();
-      data.copy_(flat.slice_rows(begin, begin + data.numel()).reshape(data.shape()));
-      begin += data.numel();
+    const std::vector<Tensor> views = slots(flat.to(device), entries);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      Tensor data = entries[i].param.data();
+      data.copy_(views[i]);
     }
   }
 }
 
 void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
   for (auto& [dtype, entries] : by_dtype(link)) {
-    Tensor flat({total_numel(entries)}, dtype);
-    char* out = static_cast<char*>(flat.raw_data());
+    const Device device = group_device(entries);
+    Tensor flat({total_numel(entries)}, dtype, device);
+    std::vector<Tensor> views = slots(flat, entries);
     std::string missing, nonfinite;
     const bool check_finite = check_finite_enabled();
-    for (const Entry& e : entries) {
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
       const Tensor& grad = e.param.grad();
-      const std::size_t bytes = e.param.data().nbytes();
       if (grad.defined()) {
-        std::memcpy(out, grad.raw_data(), bytes);
+        views[i].copy_(grad);
         if (check_finite && nonfinite.empty()) {
           const std::string bad = first_nonfinite(grad);
           if (!bad.empty()) nonfinite = "'" + e.name + "' holds " + bad;
         }
       } else {
         if (!zero_fill && missing.empty()) missing = "'" + e.name + "' (" + e.param.data().description() + ")";
-        std::memset(out, 0, bytes);
+        views[i].copy_(zeros(e.param.shape(), dtype, device));
       }
-      out += bytes;
     }
     // A missing gradient must stop every rank, not just this one (the others would wait in
     // the allreduce): the digest then differs, so the collective fails everywhere.
@@ -117,10 +130,11 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
                   "gradient (without zero_fill) or has a NaN/Inf gradient (with check_finite); ", e.what());
     }
     TANDEM_CHECK(!fault, why);
-    std::int64_t begin = 0;
-    for (Entry& e : entries) {
-      e.param.set_grad(mean.slice_rows(begin, begin + e.param.numel()).reshape(e.param.shape()));
-      begin += e.param.numel();
+    // Each parameter's gradient is a view of the mean, on the parameter's device.
+    const std::vector<Tensor> means = slots(mean, entries);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      Entry& e = entries[i];
+      e.param.set_grad(means[i].to(e.param.data().device()));
     }
   }
 }

@@ -70,6 +70,7 @@ std::string MessageHeader::describe() const {
   if (is_collective(kind) ? has_flag(kFlagTyped)
                            : kind != OpKind::object_send) {
     out << " " << dtype_name(dtype) << shape_str(shape);
+    if (has_flag(kFlagOnDevice)) out << " (CUDA)";
   } else if (kind == OpKind::object_send || kind == OpKind::object_bcast || kind == OpKind::object_gather) {
     out << " of " << payload_bytes << " bytes";
   }
@@ -171,6 +172,9 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
       throw bad(detail::concat("payload of ", header.payload_bytes, " bytes for ", dtype_name(header.dtype),
                                shape_str(header.shape)));
   }
+  if (header.has_flag(kFlagDevicePayload) &&
+      (!carries_tensor || is_collective(header.kind) || header.has_flag(kFlagInlinePayload)))
+    throw bad("a device payload on a message that cannot carry one");
   if (header.has_flag(kFlagInlinePayload)) {
     if (size - header_bytes != header.payload_bytes)
       throw bad(detail::concat("inline payload of ", size - header_bytes, " bytes, header says ", header.payload_bytes));

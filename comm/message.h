@@ -58,6 +58,12 @@ inline constexpr std::uint8_t kFlagBackward = 4;       // sent by a differentiab
 inline constexpr std::uint8_t kFlagList = 8;           // one of a list of tensors sent together
 inline constexpr std::uint8_t kFlagTyped = 16;         // collectives: dtype and shape describe this rank's tensor
 inline constexpr std::uint8_t kFlagAbandoned = 32;     // collectives: the sender gave up its previous collective
+// The tensor is on a CUDA device (a receiver that passed no tensor of its own places it on its
+// communicator's device; see communicator.h).
+inline constexpr std::uint8_t kFlagOnDevice = 64;
+// Point to point: the payload follows on the communicator's device transport (NCCL) once the
+// receiver has matched this header, not in MPI messages.
+inline constexpr std::uint8_t kFlagDevicePayload = 128;
 
 struct MessageHeader {
   OpKind kind = OpKind::tensor_send;

@@ -9,6 +9,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_env.h"
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace tandem {
 
@@ -54,6 +55,14 @@ struct Packed {
   const void* data = nullptr;
   std::shared_ptr<const void> owner;
 };
+
+// The tensors on the host (copies of those elsewhere), for MPI.
+std::vector<Tensor> on_host(const std::vector<Tensor>& xs) {
+  std::vector<Tensor> hosts;
+  hosts.reserve(xs.size());
+  for (const Tensor& x : xs) hosts.push_back(x.to(Device::cpu()));
+  return hosts;
+}
 
 Packed pack(const std::vector<Tensor>& pieces, DType dtype) {
   const char* next = nullptr;
@@ -113,6 +122,35 @@ void MpiCommunicator::check_root(int root, const char* operation) const {
                ", this is rank ", rank_, ")");
 }
 
+void MpiCommunicator::check_one_kind(const std::vector<Tensor>& xs, const char* operation) const {
+  if (!moves_device_tensors()) return;  // staged tensors may mix devices
+  for (const Tensor& x : xs) {
+    TANDEM_CHECK(x.device().is_cuda() == xs[0].device().is_cuda(), operation, ": rank ", rank_,
+                 "'s tensors mix CPU and CUDA (", xs[0].description(), " and ", x.description(), "); the \"", name(),
+                 "\" communicator moves CUDA tensors with NCCL and CPU tensors with MPI, so a list must be one kind");
+  }
+}
+
+bool MpiCommunicator::on_device(const std::vector<Header>& all) const {
+  if (!moves_device_tensors()) return false;
+  for (const Header& h : all)
+    if (h.has_flag(comm_detail::kFlagTyped)) return h.has_flag(comm_detail::kFlagOnDevice);
+  return false;
+}
+
+template <typename F>
+void MpiCommunicator::run_device_phase(const char* operation, F&& phase) {
+  const std::int64_t sequence = collective_sequence_ - 1;
+  try {
+    phase();
+  } catch (const Error& e) {
+    // The peers have queued their halves, which can now never complete.
+    broken_ = detail::concat(operation, " (collective #", sequence, ") failed on the device (", e.what(), ")");
+    throw;
+  }
+  collective_open_ = false;
+}
+
 MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root, const Tensor* typed) {
   Header header;
   header.kind = kind;
@@ -122,6 +160,7 @@ MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root
     header.dtype = typed->dtype();
     header.shape = typed->shape();
     header.payload_bytes = typed->nbytes();
+    if (typed->device().is_cuda()) header.flags |= comm_detail::kFlagOnDevice;
   }
   return header;
 }
@@ -183,6 +222,10 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
       if (!typed) typed = &h;
       else if (h.dtype != typed->dtype) reason = "their dtypes differ";
       else if (same_shape && h.shape != typed->shape) reason = "their shapes differ";
+      else if (moves_device_tensors() &&
+               h.has_flag(comm_detail::kFlagOnDevice) != typed->has_flag(comm_detail::kFlagOnDevice))
+        reason = detail::concat("some pass CUDA tensors and others CPU tensors, which \"", name(),
+                                "\" moves with NCCL and with MPI respectively");
     }
   }
   if (!reason.empty()) {
@@ -211,12 +254,20 @@ void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, cons
 
 Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) {
   check_root(root, operation);
-  if (rank_ == root) check_cpu(x, operation);
-  Header mine = collective_header(OpKind::bcast, root, rank_ == root ? &x : nullptr);
+  const bool is_root = rank_ == root;
+  if (is_root) check_defined(x, operation);
+  Header mine = collective_header(OpKind::bcast, root, is_root ? &x : nullptr);
   mine.digest = digest;
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   const Header& from_root = all[root];
-  Tensor y = rank_ == root ? x : Tensor(from_root.shape, from_root.dtype);
+  if (on_device(all)) {
+    Tensor buffer = is_root ? x.to(transport_device()) : Tensor(from_root.shape, from_root.dtype, transport_device());
+    run_device_phase(operation, [&] {
+      if (buffer.nbytes() > 0) device_bcast(buffer, root);
+    });
+    return is_root ? x : buffer.to(landing(from_root));
+  }
+  Tensor y = is_root ? x.to(Device::cpu()) : Tensor(from_root.shape, from_root.dtype);
   char* bytes = static_cast<char*>(y.raw_data());
   std::vector<MPI_Request> requests;
   for (std::size_t offset = 0; offset < y.nbytes(); offset += kChunkBytes) {
@@ -225,62 +276,88 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     check_mpi(MPI_Ibcast(bytes + offset, count, MPI_BYTE, root, comm_, &requests.back()), "MPI_Ibcast");
   }
   finish_collective(requests, operation, {y.storage()});
-  return y;
+  return is_root ? x : y.to(landing(from_root));
 }
 
 Tensor MpiCommunicator::bcast(const Tensor& x, int root) { return bcast_checked(x, root, 0, "bcast"); }
 
 std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
   check_root(root, "gather");
-  check_cpu(x, "gather");
+  check_defined(x, "gather");
   const Header mine = collective_header(OpKind::gather, root, &x);
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
-  const int send_count = checked_int(x.nbytes(), "gather");
+  const bool is_root = rank_ == root;
+  std::vector<Shape> shapes(size_);
+  std::int64_t numel = 0;
+  for (int r = 0; r < size_; ++r) {
+    shapes[r] = all[r].shape;
+    numel += shape_numel(shapes[r]);
+  }
+  if (on_device(all)) {
+    const Tensor send = x.to(transport_device());
+    Tensor flat = is_root ? Tensor({numel}, x.dtype(), transport_device()) : Tensor();
+    std::vector<Tensor> pieces = is_root ? split_flat(flat, shapes) : std::vector<Tensor>{};
+    run_device_phase("gather", [&] { device_gather(send, pieces, root); });
+    if (!is_root) return {};
+    return split_flat(flat.to(x.device()), shapes);
+  }
+  const Tensor send = x.to(Device::cpu());
+  const int send_count = checked_int(send.nbytes(), "gather");
   std::vector<MPI_Request> requests(1);
-  if (rank_ != root) {
-    check_mpi(MPI_Igatherv(x.raw_data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_,
+  if (!is_root) {
+    check_mpi(MPI_Igatherv(send.raw_data(), send_count, MPI_BYTE, nullptr, nullptr, nullptr, MPI_BYTE, root, comm_,
                            &requests[0]),
               "MPI_Igatherv");
-    finish_collective(requests, "gather", {x.storage()});
+    finish_collective(requests, "gather", {send.storage()});
     return {};
   }
   std::vector<int> counts(size_), displacements(size_);
-  std::vector<Shape> shapes(size_);
   std::size_t total = 0;
   for (int r = 0; r < size_; ++r) {
-    shapes[r] = all[r].shape;
     counts[r] = checked_int(all[r].payload_bytes, "gather");
     displacements[r] = checked_int(total, "gather");
     total += all[r].payload_bytes;
   }
   checked_int(total, "gather");
-  std::int64_t numel = 0;
-  for (const Shape& shape : shapes) numel += shape_numel(shape);
   Tensor flat({numel}, x.dtype());
-  check_mpi(MPI_Igatherv(x.raw_data(), send_count, MPI_BYTE, flat.raw_data(), counts.data(), displacements.data(),
+  check_mpi(MPI_Igatherv(send.raw_data(), send_count, MPI_BYTE, flat.raw_data(), counts.data(), displacements.data(),
                          MPI_BYTE, root, comm_, &requests[0]),
             "MPI_Igatherv");
-  finish_collective(requests, "gather", {x.storage(), flat.storage()});
-  return split_flat(flat, shapes);
+  finish_collective(requests, "gather", {send.storage(), flat.storage()});
+  return split_flat(flat.to(x.device()), shapes);
 }
 
 Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
   check_root(root, "scatter");
-  if (rank_ == root) {
+  const bool is_root = rank_ == root;
+  if (is_root) {
     TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "scatter: the root (rank ", rank_, ") passed ", xs.size(),
                  " tensors for ", size_, " ranks");
     for (const Tensor& x : xs) {
-      check_cpu(x, "scatter");
+      check_defined(x, "scatter");
       TANDEM_CHECK(x.dtype() == xs[0].dtype(), "scatter: the root's tensors mix dtypes (", xs[0].description(), " and ",
                    x.description(), ")");
     }
+    check_one_kind(xs, "scatter");
   }
   const std::vector<Header> all = exchange_headers(
       [&](int peer) {
-        return collective_header(OpKind::scatter, root, rank_ == root ? &xs[peer] : nullptr);
+        return collective_header(OpKind::scatter, root, is_root ? &xs[peer] : nullptr);
       },
       false);
-  if (rank_ == root) {
+  const Header& mine = all[root];  // what the root sent this rank
+  if (on_device(all)) {
+    std::vector<Tensor> sends;
+    Tensor y;
+    if (is_root) {
+      for (const Tensor& x : xs) sends.push_back(x.to(transport_device()));
+    } else {
+      y = Tensor(mine.shape, mine.dtype, transport_device());
+    }
+    run_device_phase("scatter", [&] { device_scatter(sends, y, root); });
+    return is_root ? xs[root] : y.to(landing(mine));
+  }
+  if (is_root) {
     std::vector<int> counts(size_), displacements(size_);
     std::size_t total = 0;
     for (int r = 0; r < size_; ++r) {
@@ -288,7 +365,7 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
       displacements[r] = checked_int(total, "scatter");
       total += xs[r].nbytes();
     }
-    const Packed flat = pack(xs, xs[0].dtype());
+    const Packed flat = pack(on_host(xs), xs[0].dtype());
     std::vector<MPI_Request> requests(1);
     check_mpi(MPI_Iscatterv(flat.data, counts.data(), displacements.data(), MPI_BYTE, MPI_IN_PLACE, 0, MPI_BYTE, root,
                             comm_, &requests[0]),
@@ -296,18 +373,17 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
     finish_collective(requests, "scatter", {flat.owner});
     return xs[root];
   }
-  const Header& mine = all[root];  // what the root sent this rank
   Tensor y(mine.shape, mine.dtype);
   std::vector<MPI_Request> requests(1);
   check_mpi(MPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, y.raw_data(), checked_int(y.nbytes(), "scatter"),
                           MPI_BYTE, root, comm_, &requests[0]),
             "MPI_Iscatterv");
   finish_collective(requests, "scatter", {y.storage()});
-  return y;
+  return y.to(landing(mine));
 }
 
 std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
-  check_cpu(x, "allgather");
+  check_defined(x, "allgather");
   const Header mine = collective_header(OpKind::allgather, -1, &x);
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   std::vector<int> counts(size_), displacements(size_);
@@ -318,35 +394,46 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
   for (int r = 0; r < size_; ++r) {
     shapes[r] = all[r].shape;
     numel += shape_numel(shapes[r]);
+    equal = equal && all[r].payload_bytes == all[0].payload_bytes;
+  }
+  if (on_device(all)) {
+    const Tensor send = x.to(transport_device());
+    Tensor flat({numel}, x.dtype(), transport_device());
+    std::vector<Tensor> pieces = split_flat(flat, shapes);
+    run_device_phase("allgather", [&] { device_allgather(send, flat, pieces); });
+    return split_flat(flat.to(x.device()), shapes);
+  }
+  for (int r = 0; r < size_; ++r) {
     counts[r] = checked_int(all[r].payload_bytes, "allgather");
     displacements[r] = checked_int(total, "allgather");
     total += all[r].payload_bytes;
-    equal = equal && counts[r] == counts[0];
   }
   checked_int(total, "allgather");
+  const Tensor send = x.to(Device::cpu());
   Tensor flat({numel}, x.dtype());
   std::vector<MPI_Request> requests(1);
   if (equal) {
-    check_mpi(MPI_Iallgather(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts[0], MPI_BYTE, comm_,
+    check_mpi(MPI_Iallgather(send.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts[0], MPI_BYTE, comm_,
                              &requests[0]),
               "MPI_Iallgather");
   } else {
-    check_mpi(MPI_Iallgatherv(x.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts.data(),
+    check_mpi(MPI_Iallgatherv(send.raw_data(), counts[rank_], MPI_BYTE, flat.raw_data(), counts.data(),
                               displacements.data(), MPI_BYTE, comm_, &requests[0]),
               "MPI_Iallgatherv");
   }
-  finish_collective(requests, "allgather", {x.storage(), flat.storage()});
-  return split_flat(flat, shapes);
+  finish_collective(requests, "allgather", {send.storage(), flat.storage()});
+  return split_flat(flat.to(x.device()), shapes);
 }
 
 std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
   TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "alltoall: rank ", rank_, " passed ", xs.size(), " tensors for ",
                size_, " ranks");
   for (const Tensor& x : xs) {
-    check_cpu(x, "alltoall");
+    check_defined(x, "alltoall");
     TANDEM_CHECK(x.dtype() == xs[0].dtype(), "alltoall: rank ", rank_, "'s tensors mix dtypes (", xs[0].description(),
                  " and ", x.description(), ")");
   }
+  check_one_kind(xs, "alltoall");
   // Whether every piece of this rank has the same size: when all ranks say so (with the same
   // size), every rank can choose MPI_Alltoall, which beats the v-variant.
   std::int64_t uniform = static_cast<std::int64_t>(xs[0].nbytes());
@@ -359,25 +446,36 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
         return header;
       },
       false);
+  std::vector<Shape> shapes(size_);
+  std::int64_t numel = 0;
+  for (int r = 0; r < size_; ++r) {
+    shapes[r] = all[r].shape;  // what rank r sends here
+    numel += shape_numel(shapes[r]);
+  }
+  const Device device = xs[0].device();
+  if (on_device(all)) {
+    std::vector<Tensor> sends;
+    for (const Tensor& x : xs) sends.push_back(x.to(transport_device()));
+    Tensor flat({numel}, xs[0].dtype(), transport_device());
+    std::vector<Tensor> pieces = split_flat(flat, shapes);
+    run_device_phase("alltoall", [&] { device_alltoall(sends, pieces); });
+    return split_flat(flat.to(device), shapes);
+  }
   bool equal = uniform >= 0 && uniform <= INT_MAX;
   for (const Header& header : all) equal = equal && header.aux == uniform;
   std::vector<int> send_counts(size_), send_displacements(size_), recv_counts(size_), recv_displacements(size_);
-  std::vector<Shape> shapes(size_);
   std::size_t send_total = 0, recv_total = 0;
-  std::int64_t numel = 0;
   for (int r = 0; r < size_; ++r) {
     send_counts[r] = checked_int(xs[r].nbytes(), "alltoall");
     send_displacements[r] = checked_int(send_total, "alltoall");
     send_total += xs[r].nbytes();
-    shapes[r] = all[r].shape;  // what rank r sends here
-    numel += shape_numel(shapes[r]);
     recv_counts[r] = checked_int(all[r].payload_bytes, "alltoall");
     recv_displacements[r] = checked_int(recv_total, "alltoall");
     recv_total += all[r].payload_bytes;
   }
   checked_int(send_total, "alltoall");
   checked_int(recv_total, "alltoall");
-  const Packed send = pack(xs, xs[0].dtype());
+  const Packed send = pack(on_host(xs), xs[0].dtype());
   Tensor flat({numel}, xs[0].dtype());
   std::vector<MPI_Request> requests(1);
   if (equal) {  // every rank saw every count in the headers, so all choose the same call
@@ -390,19 +488,30 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
               "MPI_Ialltoallv");
   }
   finish_collective(requests, "alltoall", {send.owner, flat.storage()});
-  return split_flat(flat, shapes);
+  return split_flat(flat.to(device), shapes);
 }
 
 Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest,
                                           const char* operation) {
-  check_cpu(x, operation);
+  check_defined(x, operation);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   TANDEM_CHECK(op == AllreduceOp::sum || is_floating(x.dtype()), operation, ": the mean of ", x.description(),
                " needs a floating dtype");
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.reduce_op = op == AllreduceOp::mean ? 1 : 0;
   mine.digest = digest;
-  exchange_headers([&](int) { return mine; }, true);
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true);
+  if (on_device(all)) {
+    const Tensor send = x.to(transport_device());
+    Tensor y(x.shape(), x.dtype(), transport_device());
+    run_device_phase(operation, [&] {
+      if (y.numel() > 0) device_allreduce(send, y);
+    });
+    // The arithmetic of divide() below, as a kernel queued behind the sum.
+    if (op == AllreduceOp::mean) y = y.dtype() == DType::f32 ? mul(y, 1.0 / size_) : div(y, double(size_));
+    return y.to(x.device());
+  }
+  const Tensor send = x.to(Device::cpu());
   Tensor y(x.shape(), x.dtype());
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;
@@ -410,52 +519,71 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
     const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
     requests.emplace_back();
-    check_mpi(MPI_Iallreduce(static_cast<const char*>(x.raw_data()) + offset * element,
+    check_mpi(MPI_Iallreduce(static_cast<const char*>(send.raw_data()) + offset * element,
                              static_cast<char*>(y.raw_data()) + offset * element, count, type, MPI_SUM, comm_,
                              &requests.back()),
               "MPI_Iallreduce");
   }
-  finish_collective(requests, operation, {x.storage(), y.storage()});
+  finish_collective(requests, operation, {send.storage(), y.storage()});
   if (op == AllreduceOp::mean) divide(y, size_);
-  return y;
+  return y.to(x.device());
 }
 
 Tensor MpiCommunicator::allreduce(const Tensor& x, AllreduceOp op) { return allreduce_checked(x, op, 0, "allreduce"); }
 
 Tensor MpiCommunicator::reduce(const Tensor& x, int root) {
   check_root(root, "reduce");
-  check_cpu(x, "reduce");
+  check_defined(x, "reduce");
   const MPI_Datatype type = mpi_type(x.dtype(), "reduce");
   const Header mine = collective_header(OpKind::reduce, root, &x);
-  exchange_headers([&](int) { return mine; }, true);
-  Tensor y = rank_ == root ? Tensor(x.shape(), x.dtype()) : Tensor();
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true);
+  const bool is_root = rank_ == root;
+  if (on_device(all)) {
+    const Tensor send = x.to(transport_device());
+    Tensor y = is_root ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
+    run_device_phase("reduce", [&] {
+      if (x.numel() > 0) device_reduce(send, y, root);
+    });
+    return is_root ? y.to(x.device()) : Tensor();
+  }
+  const Tensor send = x.to(Device::cpu());
+  Tensor y = is_root ? Tensor(x.shape(), x.dtype()) : Tensor();
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;
   std::vector<MPI_Request> requests;
   for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
     const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
     requests.emplace_back();
-    check_mpi(MPI_Ireduce(static_cast<const char*>(x.raw_data()) + offset * element,
-                          rank_ == root ? static_cast<char*>(y.raw_data()) + offset * element : nullptr, count, type,
+    check_mpi(MPI_Ireduce(static_cast<const char*>(send.raw_data()) + offset * element,
+                          is_root ? static_cast<char*>(y.raw_data()) + offset * element : nullptr, count, type,
                           MPI_SUM, root, comm_, &requests.back()),
               "MPI_Ireduce");
   }
-  finish_collective(requests, "reduce", {x.storage(), rank_ == root ? y.storage() : nullptr});
-  return y;
+  finish_collective(requests, "reduce", {send.storage(), is_root ? y.storage() : nullptr});
+  return is_root ? y.to(x.device()) : Tensor();
 }
 
 Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
   TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "reduce_scatter: rank ", rank_, " passed ", xs.size(),
                " tensors for ", size_, " ranks");
   for (const Tensor& x : xs) {
-    check_cpu(x, "reduce_scatter");
+    check_defined(x, "reduce_scatter");
     TANDEM_CHECK(x.dtype() == xs[0].dtype(), "reduce_scatter: rank ", rank_, "'s tensors mix dtypes (",
                  xs[0].description(), " and ", x.description(), ")");
   }
+  check_one_kind(xs, "reduce_scatter");
   const MPI_Datatype type = mpi_type(xs[0].dtype(), "reduce_scatter");
   Header mine = collective_header(OpKind::reduce_scatter, -1, &xs[rank_]);
   mine.digest = shapes_digest(xs);
-  exchange_headers([&](int) { return mine; }, false);
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const Device device = xs[0].device();
+  if (on_device(all)) {
+    std::vector<Tensor> sends;
+    for (const Tensor& x : xs) sends.push_back(x.to(transport_device()));
+    Tensor y(xs[rank_].shape(), xs[rank_].dtype(), transport_device());
+    run_device_phase("reduce_scatter", [&] { device_reduce_scatter(sends, y); });
+    return y.to(device);
+  }
   std::vector<int> counts(size_);
   std::size_t total = 0;
   for (int r = 0; r < size_; ++r) {
@@ -463,13 +591,13 @@ Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
     total += xs[r].nbytes();
   }
   checked_int(total, "reduce_scatter");
-  const Packed send = pack(xs, xs[0].dtype());
+  const Packed send = pack(on_host(xs), xs[0].dtype());
   Tensor y(xs[rank_].shape(), xs[rank_].dtype());
   std::vector<MPI_Request> requests(1);
   check_mpi(MPI_Ireduce_scatter(send.data, y.raw_data(), counts.data(), type, MPI_SUM, comm_, &requests[0]),
             "MPI_Ireduce_scatter");
   finish_collective(requests, "reduce_scatter", {send.owner, y.storage()});
-  return y;
+  return y.to(device);
 }
 
 std::string MpiCommunicator::bcast_obj(const std::string& bytes, int root) {

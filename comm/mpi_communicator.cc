@@ -1,13 +1,9 @@
 #include "comm/mpi_communicator.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
-#include "autograd/check_finite.h"
 #include "comm/mpi_env.h"
 #include "core/error.h"
-#include "core/threads.h"
 
 namespace tandem {
 
@@ -67,7 +63,7 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_NULL && comm_detail::mpi_active()) MPI_Comm_free(&comm_);
 }
 
-std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+MPI_Comm MpiCommunicator::split_mpi(int color, int key) {
   TANDEM_CHECK(color >= 0, "split: color ", color, " on rank ", rank_, " must be non-negative");
   Header mine;
   mine.kind = comm_detail::OpKind::split;
@@ -75,8 +71,13 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   collective_open_ = false;
   MPI_Comm part = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
-  auto result = std::shared_ptr<MpiCommunicator>(new MpiCommunicator(part));
+  return part;
+}
+
+std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  auto result = std::shared_ptr<MpiCommunicator>(new MpiCommunicator(split_mpi(color, key)));
   result->timeout_seconds_ = timeout_seconds_;
+  result->device_ = device_;
   return result;
 }
 
@@ -88,25 +89,33 @@ void MpiCommunicator::barrier() {
   collective_open_ = false;
 }
 
-CommunicatorPtr create_communicator(const std::string& name, MPI_Comm comm) {
-  if (name == "naive") return MpiCommunicator::create(comm);
-  if (name == "pure_nccl")
-    TANDEM_FAIL("create_communicator: \"pure_nccl\" needs the CUDA backend, which this build does not have; "
-                "valid names here: \"naive\"");
-  TANDEM_FAIL("create_communicator: unknown communicator \"", name, "\"; valid names: \"naive\"");
+// "naive" stages CUDA tensors through host memory and never reaches these (moves_device_tensors()
+// is false); a subclass that says it moves them overrides every one.
+namespace {
+[[noreturn]] void no_device_transport(const std::string& name, const char* what) {
+  TANDEM_FAIL("comm: internal error: the \"", name, "\" communicator has no device transport for ", what);
 }
+}  // namespace
 
-CommunicatorPtr create_communicator(const std::string& name) {
-  // Check the name before touching MPI, so a typo is reported without an MPI job.
-  if (name != "naive") return create_communicator(name, MPI_COMM_NULL);
-  comm_detail::ensure_mpi();
-  CommunicatorPtr world = create_communicator(name, MPI_COMM_WORLD);
-  set_check_finite_process(detail::concat("rank ", world->rank(), " of ", world->size()));
-  // Ranks on one host share its cores, unless the user chose a thread count: with every rank
-  // taking every core, 2 ranks on 2 cores ran a CNN step 10-20 times slower than 1 rank.
-  if (world->intra_size() > 1 && !std::getenv("OMP_NUM_THREADS"))
-    set_max_threads(std::max(1, available_cores() / world->intra_size()));
-  return world;
+void MpiCommunicator::device_send(const Tensor&, int) { no_device_transport(name(), "send"); }
+void MpiCommunicator::device_recv(Tensor&, int) { no_device_transport(name(), "recv"); }
+void MpiCommunicator::device_bcast(Tensor&, int) { no_device_transport(name(), "bcast"); }
+void MpiCommunicator::device_gather(const Tensor&, std::vector<Tensor>&, int) {
+  no_device_transport(name(), "gather");
+}
+void MpiCommunicator::device_scatter(const std::vector<Tensor>&, Tensor&, int) {
+  no_device_transport(name(), "scatter");
+}
+void MpiCommunicator::device_allgather(const Tensor&, Tensor&, std::vector<Tensor>&) {
+  no_device_transport(name(), "allgather");
+}
+void MpiCommunicator::device_alltoall(const std::vector<Tensor>&, std::vector<Tensor>&) {
+  no_device_transport(name(), "alltoall");
+}
+void MpiCommunicator::device_allreduce(const Tensor&, Tensor&) { no_device_transport(name(), "allreduce"); }
+void MpiCommunicator::device_reduce(const Tensor&, Tensor&, int) { no_device_transport(name(), "reduce"); }
+void MpiCommunicator::device_reduce_scatter(const std::vector<Tensor>&, Tensor&) {
+  no_device_transport(name(), "reduce_scatter");
 }
 
 }  // namespace tandem

@@ -1,4 +1,5 @@
-// The "naive" communicator: MPI (MPICH) point-to-point and collectives on CPU tensors.
+// The "naive" communicator: MPI (MPICH) point-to-point and collectives, and the base of
+// "pure_nccl" (comm/nccl_communicator.h).
 //
 // Point-to-point messages travel on the user's tag: one message (header plus payload) up to
 // kInlineBytes, otherwise the header and then the payload, sent from and received into the
@@ -6,6 +7,12 @@
 // (which makes a mismatch between ranks an error on every rank, and makes a peer that entered
 // a collective visible to a rank waiting for it elsewhere), then moves the data with the MPI
 // collective.
+//
+// CUDA tensors: "naive" copies them to host memory (through the backend's copies, which wait
+// for the kernels that produce them), moves the bytes with MPI, and copies what arrives to the
+// device where it lands (communicator.h). A subclass that moves CUDA tensors itself (pure_nccl)
+// overrides the device_* members below: the headers, the checks and the placement of results
+// stay here, so both communicators behave alike and differ only in how the bytes move.
 #pragma once
 
 #include <mpi.h>
@@ -19,7 +26,7 @@
 
 namespace tandem {
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator : public Communicator {
  public:
   // Works on a duplicate of comm; the caller keeps (and frees) its own. Collective over comm.
   static std::shared_ptr<MpiCommunicator> create(MPI_Comm comm);
@@ -50,17 +57,59 @@ class MpiCommunicator final : public Communicator {
 
   // Point-to-point payloads up to this size travel inside the header's message.
   static constexpr std::size_t kInlineBytes = 8192;
+  // With a device transport, point-to-point payloads of CUDA tensors from this size on travel on
+  // it; smaller ones through host memory, as "naive" sends them. The transport's send waits
+  // until the receiver takes the message (see send_message), which MPI does for large messages
+  // too; below this size a send returns at once, so that a ring of small messages (every rank
+  // sending before it receives) works as it does with "naive".
+  static constexpr std::size_t kDevicePayloadBytes = std::size_t(64) << 10;
   // The tag of collective headers (above every user tag).
   static constexpr int kCollectiveTag = kMaxUserTag + 1;
 
  protected:
+  // Takes ownership of `owned` (freed by the destructor). Collective over it.
+  explicit MpiCommunicator(MPI_Comm owned);
+
   Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) override;
   Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
 
- private:
-  explicit MpiCommunicator(MPI_Comm owned);
-
   using Header = comm_detail::MessageHeader;
+
+  // Runs split's header exchange and MPI_Comm_split: the part this rank belongs to.
+  MPI_Comm split_mpi(int color, int key);
+  // Whether a collective failed in flight, so that no further one may run.
+  bool broken() const { return !broken_.empty(); }
+
+  // --- the device transport (pure_nccl) ------------------------------------------------------
+  // Whether this communicator moves CUDA tensors itself instead of staging them through host
+  // memory for MPI. When it does, the ranks of a collective must agree on the kind of their
+  // tensors (the header exchange checks it), and the members below move the bytes of CUDA
+  // tensors. Each is called once the headers agree (point to point: once the receiver has
+  // matched the header), by every rank concerned, in the same order on every rank; their
+  // tensors are on transport_device(), contiguous, of one dtype and of the sizes the headers
+  // promised, and none is empty unless noted. The results are queued in device order: a
+  // kernel queued later on the device sees them.
+  virtual bool moves_device_tensors() const { return false; }
+  virtual Device transport_device() const { return device(); }
+  virtual void device_send(const Tensor& x, int dest);
+  virtual void device_recv(Tensor& y, int source);
+  // buffer: the root's tensor at the root, the destination elsewhere.
+  virtual void device_bcast(Tensor& buffer, int root);
+  // pieces (the root only): one destination per rank, possibly empty; the root's own included.
+  virtual void device_gather(const Tensor& x, std::vector<Tensor>& pieces, int root);
+  // xs (the root only): one per rank, possibly empty. y: the destination away from the root.
+  virtual void device_scatter(const std::vector<Tensor>& xs, Tensor& y, int root);
+  // pieces: one destination per rank, possibly empty, consecutive views of flat.
+  virtual void device_allgather(const Tensor& x, Tensor& flat, std::vector<Tensor>& pieces);
+  // xs[j] goes to rank j; pieces[j] receives from rank j; either may be empty.
+  virtual void device_alltoall(const std::vector<Tensor>& xs, std::vector<Tensor>& pieces);
+  // Element-wise sums (f32, f64, i32, i64).
+  virtual void device_allreduce(const Tensor& x, Tensor& y);
+  virtual void device_reduce(const Tensor& x, Tensor& y, int root);  // y: the root only
+  // xs[i] (possibly empty; the same size on every rank) is summed into rank i's y.
+  virtual void device_reduce_scatter(const std::vector<Tensor>& xs, Tensor& y);
+
+ private:
 
   // --- waiting (mpi_wait.cc) ----------------------------------------------------------------
   // What a rank is doing while it waits, for the diagnosis and the errors.
@@ -114,9 +163,21 @@ class MpiCommunicator final : public Communicator {
   // per peer), receives every peer's, and checks that they describe the same collective.
   // Returns the headers indexed by rank, this rank's own (header_for(rank)) included.
   std::vector<Header> exchange_headers(const std::function<Header(int peer)>& header_for, bool same_shape);
-  Header collective_header(comm_detail::OpKind kind, int root, const Tensor* typed) ;
+  Header collective_header(comm_detail::OpKind kind, int root, const Tensor* typed);
   void check_root(int root, const char* operation) const;
-  void check_cpu(const Tensor& x, const char* operation) const;
+  void check_defined(const Tensor& x, const char* operation) const;
+  // pure_nccl: the tensors of one rank's list must be all CUDA or all CPU, so that every peer
+  // takes the same path.
+  void check_one_kind(const std::vector<Tensor>& xs, const char* operation) const;
+  // Whether a collective's data moves on the device: this communicator moves CUDA tensors and
+  // the (agreed) typed headers describe CUDA tensors.
+  bool on_device(const std::vector<Header>& all) const;
+  // Where a tensor that this rank receives without passing one lands (communicator.h).
+  Device landing(const Header& header) const;
+  // Runs a device data phase as finish_collective runs an MPI one: a failure breaks the
+  // communicator (the peers' halves stay queued).
+  template <typename F>
+  void run_device_phase(const char* operation, F&& phase);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<int> world_rank_of_;  // rank in this communicator -> rank in MPI_COMM_WORLD
@@ -140,7 +201,7 @@ class MpiCommunicator final : public Communicator {
 };
 
 // A communicator over an existing MPI communicator (a duplicate of it; collective over comm).
-// name: "naive".
+// name: "naive" or "pure_nccl" (communicator.h).
 CommunicatorPtr create_communicator(const std::string& name, MPI_Comm comm);
 
 }  // namespace tandem

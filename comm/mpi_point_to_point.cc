@@ -30,10 +30,12 @@ void MpiCommunicator::check_peer(int peer, int tag, const char* operation) const
                kMaxUserTag, "]");
 }
 
-void MpiCommunicator::check_cpu(const Tensor& x, const char* operation) const {
+void MpiCommunicator::check_defined(const Tensor& x, const char* operation) const {
   TANDEM_CHECK(x.defined(), operation, ": undefined tensor on rank ", rank_);
-  TANDEM_CHECK(x.device().is_cpu(), operation, ": the \"naive\" communicator moves CPU tensors; got ", x.description(),
-               " on rank ", rank_, " (move it to the CPU first)");
+}
+
+Device MpiCommunicator::landing(const Header& header) const {
+  return header.has_flag(comm_detail::kFlagOnDevice) ? device() : Device::cpu();
 }
 
 void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_ptr<const void> owner, int dest, int tag,
@@ -44,7 +46,9 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
   auto buffer = std::make_shared<std::vector<char>>();
   std::vector<char>& message = *buffer;
   const std::size_t size = header.payload_bytes;
-  const bool inline_payload = size <= kInlineBytes;
+  // A device payload follows on the device transport, after this header; see send_message.
+  const bool device_payload = header.has_flag(comm_detail::kFlagDevicePayload);
+  const bool inline_payload = !device_payload && size <= kInlineBytes;
   if (inline_payload) header.flags |= comm_detail::kFlagInlinePayload;
   message.reserve(comm_detail::encoded_header_size(header) + (inline_payload ? size : 0));
   comm_detail::encode_header(header, message);
@@ -52,9 +56,14 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
     message.insert(message.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
 
   std::vector<MPI_Request> requests(1);
-  check_mpi(MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_BYTE, dest, tag, comm_, &requests[0]),
-            "MPI_Isend");
-  if (!inline_payload) {
+  if (device_payload) {
+    check_mpi(MPI_Issend(message.data(), static_cast<int>(message.size()), MPI_BYTE, dest, tag, comm_, &requests[0]),
+              "MPI_Issend");
+  } else {
+    check_mpi(MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_BYTE, dest, tag, comm_, &requests[0]),
+              "MPI_Isend");
+  }
+  if (!inline_payload && !device_payload) {
     // Straight from the tensor's memory, in pieces MPI can count.
     const char* bytes = static_cast<const char*>(data);
     for (std::size_t offset = 0; offset < size; offset += kChunkBytes) {
@@ -92,7 +101,7 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
                           : options.kind == OpKind::fn_recv_grad ? "recv backward"
                                                                  : "send";
   check_peer(dest, tag, operation);
-  check_cpu(x, operation);
+  check_defined(x, operation);
   Header header;
   header.kind = options.kind;
   header.flags = options.flags;
@@ -101,7 +110,25 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
   header.payload_bytes = x.nbytes();
   header.list_index = options.list_index;
   header.list_size = options.list_size;
-  send_bytes(header, x.raw_data(), x.storage(), dest, tag, operation);
+  if (x.device().is_cuda()) header.flags |= comm_detail::kFlagOnDevice;
+  if (moves_device_tensors() && x.device().is_cuda() && x.nbytes() >= kDevicePayloadBytes) {
+    // The header goes synchronously (MPI_Issend): once it returns, the receiver has matched it
+    // and queues its half of the transfer before any other device communication, so the
+    // device halves are queued in the same order on both ranks and cannot wait on each other.
+    // A receiver that never matches it makes this wait fail (or time out) here, on the host,
+    // before anything is queued on the device. (Sent at once instead, the device half would
+    // block the GPU until the receiver queued its own, and a ring of sends would hang the GPUs.)
+    // A receiver that matches the header only after that wait failed waits on its GPU for a
+    // payload that never comes: as with most errors here, the job should end.
+    header.flags |= comm_detail::kFlagDevicePayload;
+    const Tensor payload = x.to(transport_device());
+    send_bytes(header, nullptr, nullptr, dest, tag, operation);
+    device_send(payload, dest);
+    return;
+  }
+  // MPI reads host memory: a CUDA tensor is copied there first (waiting for its kernels).
+  const Tensor host = x.to(Device::cpu());
+  send_bytes(header, host.raw_data(), host.storage(), dest, tag, operation);
 }
 
 ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const MessageExpectation& expect) {
@@ -127,19 +154,29 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   }
   expected_sequence = header.sequence + 1;
 
+  // The payload is taken even when the message is not the one expected, so that the channel
+  // stays in step (and a device sender is not left waiting).
   ReceivedMessage received;
   received.header = header;
   if (header.kind == OpKind::object_send) {
     // Objects arrive as bytes; recv_obj reads them out.
     received.tensor = Tensor({static_cast<std::int64_t>(header.payload_bytes)}, DType::boolean);
+    receive_payload(incoming, received.tensor.raw_data(), received.tensor.storage(), source, tag, context);
+  } else if (header.has_flag(comm_detail::kFlagDevicePayload)) {
+    TANDEM_CHECK(moves_device_tensors(), "comm: ", operation, " on rank ", rank_, " received ", header.describe(),
+                 " from rank ", source, " with its payload on a device transport, which the \"", name(),
+                 "\" communicator does not have (are the ranks using different communicators?)");
+    received.tensor = Tensor(header.shape, header.dtype, transport_device());
+    device_recv(received.tensor, source);
   } else {
     received.tensor = Tensor(header.shape, header.dtype);
+    receive_payload(incoming, received.tensor.raw_data(), received.tensor.storage(), source, tag, context);
   }
-  receive_payload(incoming, received.tensor.raw_data(), received.tensor.storage(), source, tag, context);
   if (!problem.empty()) {
     TANDEM_FAIL("comm: ", operation, " on rank ", rank_, " received ", header.describe(), " from rank ", source,
                 ", but ", problem, " (the two ranks' programs disagree)");
   }
+  if (header.kind != OpKind::object_send) received.tensor = received.tensor.to(landing(header));
   return received;
 }
 

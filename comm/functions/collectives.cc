@@ -16,22 +16,37 @@ class CollectiveFunction : public FunctionNode {
   bool always_run_backward() const override { return true; }
 
  protected:
-  // Zero gradients for inputs that only connect the graph (delegates).
   void remember_inputs(const std::vector<Tensor>& inputs) {
-    for (const Tensor& x : inputs) inputs_.emplace_back(x.shape(), x.dtype());
+    for (const Tensor& x : inputs) inputs_.push_back({x.shape(), x.dtype(), x.device()});
   }
+  // Zero gradients for inputs that only connect the graph (delegates).
   std::vector<Tensor> zero_input_grads() const {
     std::vector<Tensor> grads;
-    for (const auto& [shape, dtype] : inputs_) grads.push_back(zeros(shape, dtype));
+    for (const Input& input : inputs_) grads.push_back(zeros(input.shape, input.dtype, input.device));
     return grads;
   }
+  // Gradients on their inputs' devices (a collective puts its results on the device of this
+  // rank's first tensor, or on the communicator's).
+  std::vector<Tensor> on_input_devices(std::vector<Tensor> grads) const {
+    for (std::size_t i = 0; i < grads.size() && i < inputs_.size(); ++i)
+      if (grads[i].defined()) grads[i] = grads[i].to(inputs_[i].device);
+    return grads;
+  }
+  // Where a rank that passed no data puts what it receives: the delegate's device when it passed
+  // one (so that results follow the model), else where the communicator puts it.
+  Tensor to_delegate_device(const Tensor& y) const { return inputs_.empty() ? y : y.to(inputs_[0].device); }
   // Whether gradients travel: decided from the dtype every rank agreed on in forward.
   bool differentiable() const { return is_floating(dtype_); }
   std::vector<Tensor> no_grads() const { return std::vector<Tensor>(inputs_.size()); }
 
+  struct Input {
+    Shape shape;
+    DType dtype;
+    Device device;
+  };
   CommunicatorPtr comm_;
   DType dtype_ = DType::f32;
-  std::vector<std::pair<Shape, DType>> inputs_;
+  std::vector<Input> inputs_;
 };
 
 class Bcast final : public CollectiveFunction {
@@ -44,7 +59,7 @@ class Bcast final : public CollectiveFunction {
     TANDEM_CHECK(!is_root || !inputs.empty(), "bcast: the root (rank ", root_, ") passed no variable");
     Tensor y = comm_->bcast(is_root ? inputs[0] : Tensor(), root_);
     dtype_ = y.dtype();
-    return {y};
+    return {is_root ? y : to_delegate_device(y)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
     if (!differentiable()) return no_grads();
@@ -52,7 +67,7 @@ class Bcast final : public CollectiveFunction {
     Tensor sum = comm_->reduce(gy[0], root_);
     std::vector<Tensor> grads = zero_input_grads();
     if (comm_->rank() == root_) grads[0] = sum;
-    return grads;
+    return on_input_devices(grads);
   }
 
  private:
@@ -67,14 +82,14 @@ class Gather final : public CollectiveFunction {
     remember_inputs(inputs);
     dtype_ = inputs[0].dtype();
     std::vector<Tensor> ys = comm_->gather(inputs[0], root_);
-    if (comm_->rank() != root_) return {Tensor({0}, DType::f32)};  // the delegate
+    if (comm_->rank() != root_) return {Tensor({0}, DType::f32, inputs[0].device())};  // the delegate
     return ys;
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gys) override {
     if (!differentiable()) return no_grads();
     CommBackwardScope scope;
     const bool is_root = comm_->rank() == root_;
-    return {comm_->scatter(is_root ? gys : std::vector<Tensor>{}, root_)};
+    return on_input_devices({comm_->scatter(is_root ? gys : std::vector<Tensor>{}, root_)});
   }
 
  private:
@@ -90,13 +105,13 @@ class Scatter final : public CollectiveFunction {
     const bool is_root = comm_->rank() == root_;
     Tensor y = comm_->scatter(is_root ? inputs : std::vector<Tensor>{}, root_);
     dtype_ = y.dtype();
-    return {y};
+    return {is_root ? y : to_delegate_device(y)};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
     if (!differentiable()) return no_grads();
     CommBackwardScope scope;
     std::vector<Tensor> gathered = comm_->gather(gy[0], root_);
-    if (comm_->rank() == root_) return gathered;
+    if (comm_->rank() == root_) return on_input_devices(gathered);
     return zero_input_grads();
   }
 
@@ -116,7 +131,7 @@ class Allgather final : public CollectiveFunction {
   std::vector<Tensor> backward(const std::vector<Tensor>& gys) override {
     if (!differentiable()) return no_grads();
     CommBackwardScope scope;
-    return {comm_->reduce_scatter(gys)};
+    return on_input_devices({comm_->reduce_scatter(gys)});
   }
 };
 
@@ -132,7 +147,7 @@ class Alltoall final : public CollectiveFunction {
   std::vector<Tensor> backward(const std::vector<Tensor>& gys) override {
     if (!differentiable()) return no_grads();
     CommBackwardScope scope;
-    return comm_->alltoall(gys);
+    return on_input_devices(comm_->alltoall(gys));
   }
 };
 
@@ -148,7 +163,7 @@ class Allreduce final : public CollectiveFunction {
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
     if (!differentiable()) return no_grads();
     CommBackwardScope scope;
-    return {comm_->allreduce(gy[0], op_)};
+    return on_input_devices({comm_->allreduce(gy[0], op_)});
   }
 
  private:

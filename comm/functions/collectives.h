@@ -15,6 +15,11 @@
 // variable instead (e.g. from gather): it becomes an input, so chains like gather -> bcast
 // stay connected and backward from the result runs the gather's backward too. Gradients are
 // exchanged only for floating dtypes.
+//
+// Devices: results land on the device of this rank's (first) input; away from the root, bcast
+// and scatter put theirs on the delegate's device, or without a delegate where the communicator
+// puts them (communicator.h). Gather's delegate lives on x's device. Every gradient lands on the
+// device of the input it belongs to.
 #pragma once
 
 #include "autograd/variable.h"

@@ -44,17 +44,20 @@ class MultiNodeBatchNormalization final : public FunctionNode {
     // local two-pass mean and variance, so the subtraction below loses only double rounding.
     const std::int64_t channels = x.size(1);
     const std::int64_t local_count = channels == 0 ? 0 : x.numel() / channels;
-    Tensor sums = zeros({2 * channels + 1}, DType::f64);
-    sums.data<double>()[0] = static_cast<double>(local_count);
+    // Built on x's device, so that a GPU batch costs no copies but the allreduce's own.
+    const Tensor count = full({1}, static_cast<double>(local_count), DType::f64, x.device());
+    Tensor sums;
     if (local_count > 0) {
       auto [local_mean, local_var] = batch_norm_statistics(x);
       const Tensor mean64 = local_mean.to(DType::f64), var64 = local_var.to(DType::f64);
       const Tensor s1 = mul(mean64, static_cast<double>(local_count));
       const Tensor s2 = mul(add(var64, square(mean64)), static_cast<double>(local_count));
-      sums = concat({sums.slice_rows(0, 1), s1, s2}, 0);
+      sums = concat({count, s1, s2}, 0);
+    } else {
+      sums = concat({count, zeros({2 * channels}, DType::f64, x.device())}, 0);
     }
     const Tensor global = comm_->allreduce(sums, AllreduceOp::sum);
-    count_ = global.data<double>()[0];
+    count_ = global.slice_rows(0, 1).item();
     TANDEM_CHECK(count_ > 0, kOp, ": the global batch is empty on all ", comm_->size(), " ranks (x on rank ", rank,
                  ": ", x.description(), ")");
     const Tensor mean64 = div(global.slice_rows(1, 1 + channels), count_);

@@ -29,8 +29,9 @@ class SendFunction final : public FunctionNode {
       comm_->send_message(xs[i], peer_, tag_, options);
       shapes_.push_back(xs[i].shape());
       dtypes_.push_back(xs[i].dtype());
+      devices_.push_back(xs[i].device());
     }
-    return {Tensor({0}, DType::f32)};  // the delegate
+    return {Tensor({0}, DType::f32, xs[0].device())};  // the delegate
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>&) override {
@@ -50,7 +51,7 @@ class SendFunction final : public FunctionNode {
       expect.check_list = true;
       expect.list_index = i;
       Tensor grad = comm_->recv_message(peer_, tag_, expect).tensor;
-      if (needs_input_grad(i)) grads[i] = std::move(grad);
+      if (needs_input_grad(i)) grads[i] = grad.to(devices_[i]);
     }
     return grads;
   }
@@ -60,18 +61,20 @@ class SendFunction final : public FunctionNode {
   int peer_, tag_;
   std::vector<Shape> shapes_;
   std::vector<DType> dtypes_;
+  std::vector<Device> devices_;
 };
 
 class RecvFunction final : public FunctionNode {
  public:
-  RecvFunction(Communicator& comm, int peer, int tag)
-      : comm_(comm.shared_from_this()), peer_(peer), tag_(tag) {}
+  RecvFunction(Communicator& comm, int peer, int tag, std::optional<Device> device)
+      : comm_(comm.shared_from_this()), peer_(peer), tag_(tag), device_(device) {}
   std::string name() const override { return "recv"; }
   bool always_record() const override { return true; }
   bool always_run_backward() const override { return true; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
-    for (const Tensor& input : inputs) input_shapes_.emplace_back(input.shape(), input.dtype());
+    for (const Tensor& input : inputs) inputs_.push_back({input.shape(), input.dtype(), input.device()});
+    if (!device_ && !inputs.empty()) device_ = inputs[0].device();  // the delegate's
     MessageExpectation expect;
     expect.kind = OpKind::fn_send;
     expect.operation = "recv";
@@ -91,7 +94,10 @@ class RecvFunction final : public FunctionNode {
                  " the graph of its send but rank ", comm_->rank(), (recording() ? " records" : " does not record"),
                  " this recv; both must (or neither, under NoGradGuard), or one of them would wait for a gradient "
                  "forever");
-    for (const Tensor& y : outputs) dtypes_.push_back(y.dtype());
+    for (Tensor& y : outputs) {
+      if (device_) y = y.to(*device_);
+      dtypes_.push_back(y.dtype());
+    }
     return outputs;
   }
 
@@ -109,18 +115,24 @@ class RecvFunction final : public FunctionNode {
     }
     // The delegate's gradient is a formality: it makes the engine run the send behind it.
     std::vector<Tensor> grads;
-    for (const auto& [shape, dtype] : input_shapes_) grads.push_back(zeros(shape, dtype));
+    for (const Input& input : inputs_) grads.push_back(zeros(input.shape, input.dtype, input.device));
     return grads;
   }
 
   bool received_list() const { return list_; }
 
  private:
+  struct Input {
+    Shape shape;
+    DType dtype;
+    Device device;
+  };
   CommunicatorPtr comm_;
   int peer_, tag_;
+  std::optional<Device> device_;
   bool list_ = false;
   std::vector<DType> dtypes_;
-  std::vector<std::pair<Shape, DType>> input_shapes_;
+  std::vector<Input> inputs_;
 };
 
 Variables delegate_inputs(const Variable& delegate) {
@@ -135,12 +147,12 @@ Variable send(const Variables& xs, Communicator& comm, int rank, int tag) {
 
 Variable send(const Variable& x, Communicator& comm, int rank, int tag) { return send(Variables{x}, comm, rank, tag); }
 
-Variables recv_list(Communicator& comm, int rank, const Variable& delegate, int tag) {
-  return call<RecvFunction>(delegate_inputs(delegate), comm, rank, tag);
+Variables recv_list(Communicator& comm, int rank, const Variable& delegate, int tag, std::optional<Device> device) {
+  return call<RecvFunction>(delegate_inputs(delegate), comm, rank, tag, device);
 }
 
-Variable recv(Communicator& comm, int rank, const Variable& delegate, int tag) {
-  Variables ys = recv_list(comm, rank, delegate, tag);
+Variable recv(Communicator& comm, int rank, const Variable& delegate, int tag, std::optional<Device> device) {
+  Variables ys = recv_list(comm, rank, delegate, tag, device);
   TANDEM_CHECK(ys.size() == 1, "recv on rank ", comm.rank(), ": rank ", rank, " sent a list of ", ys.size(),
                " variables (tag ", tag, "); receive it with recv_list");
   return ys[0];

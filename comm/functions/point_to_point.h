@@ -13,7 +13,15 @@
 // arrived), so the peer is never left waiting; gradients are exchanged only for floating
 // dtypes. Both ranks must record the graph alike (both under NoGradGuard or neither): a
 // mismatch is an error.
+//
+// Devices: the delegate lives on the device of the (first) sent variable, and the gradient
+// that comes back lands on the device of the variable it belongs to. A received variable lands
+// on recv's `device` when given (ChainerMN's recv(..., device)), else on the delegate's device
+// when one is passed, else where the communicator puts it (communicator.h: on the CPU when the
+// sender's tensor was, otherwise on comm.device()).
 #pragma once
+
+#include <optional>
 
 #include "autograd/variable.h"
 #include "comm/communicator.h"
@@ -28,7 +36,9 @@ Variable send(const Variables& xs, Communicator& comm, int rank, int tag = 0);
 // result of an earlier send on this rank, if any) becomes an input, so that backward from
 // the received variable reaches that send. A list sent as such is an error here: use
 // recv_list (ChainerMN's force_tuple).
-Variable recv(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0);
-Variables recv_list(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0);
+Variable recv(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0,
+              std::optional<Device> device = std::nullopt);
+Variables recv_list(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0,
+                    std::optional<Device> device = std::nullopt);
 
 }  // namespace tandem::functions

@@ -15,11 +15,12 @@ class PseudoConnect final : public FunctionNode {
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     delegate_shape_ = inputs[0].shape();
     delegate_dtype_ = inputs[0].dtype();
+    delegate_device_ = inputs[0].device();
     return std::vector<Tensor>(inputs.begin() + 1, inputs.end());
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs) override {
-    std::vector<Tensor> grads{zeros(delegate_shape_, delegate_dtype_)};
+    std::vector<Tensor> grads{zeros(delegate_shape_, delegate_dtype_, delegate_device_)};
     grads.insert(grads.end(), grad_outputs.begin(), grad_outputs.end());
     return grads;
   }
@@ -27,6 +28,7 @@ class PseudoConnect final : public FunctionNode {
  private:
   Shape delegate_shape_;
   DType delegate_dtype_ = DType::f32;
+  Device delegate_device_;
 };
 
 }  // namespace

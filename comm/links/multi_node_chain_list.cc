@@ -70,7 +70,8 @@ Variables MultiNodeChainList::forward_many(const Variables& inputs) {
           if (delegate.defined()) own = F::pseudo_connect(delegate, own);
           xs.insert(xs.end(), own.begin(), own.end());
         } else {
-          Variables received = F::recv_list(*comm_, source, take_delegate(pending));
+          // On this list's device (where add_link put every component), as ChainerMN's recv(device=).
+          Variables received = F::recv_list(*comm_, source, take_delegate(pending), 0, device());
           xs.insert(xs.end(), received.begin(), received.end());
         }
       }

@@ -21,7 +21,7 @@ MultiNodeNStepRNN::MultiNodeNStepRNN(std::shared_ptr<NStepLSTM> lstm, Communicat
 MultiNodeNStepRNNResult MultiNodeNStepRNN::forward(const Variable& hx, const Variable& cx, const Variables& xs) {
   Variable h = hx, c = cx;
   if (rank_in_ >= 0) {
-    Variables state = F::recv_list(*comm_, rank_in_);
+    Variables state = F::recv_list(*comm_, rank_in_, Variable(), 0, device());  // on the LSTM's device
     TANDEM_CHECK(state.size() == 2, "MultiNodeNStepRNN on rank ", comm_->rank(), ": rank ", rank_in_, " sent ",
                  state.size(), " variables, not the pair (hy, cy)");
     h = state[0];

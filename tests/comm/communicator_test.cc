@@ -23,6 +23,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "cuda/cuda.h"
 #include "layers/link.h"
 #include "layers/links/linear.h"
 
@@ -724,8 +725,22 @@ TEST_CASE("data parallel: models that differ between ranks are an error on every
 
 TEST_CASE("errors: unknown communicator names list the valid ones") {
   CHECK_THAT(error_of([] { create_communicator("nonsense"); }),
-             Contains("unknown communicator \"nonsense\"") && Contains("\"naive\""));
-  CHECK_THAT(error_of([] { create_communicator("pure_nccl"); }), Contains("CUDA") && Contains("\"naive\""));
+             Contains("unknown communicator \"nonsense\"") && Contains("\"naive\"") && Contains("\"pure_nccl\""));
+}
+
+// Where there is a GPU, tests/comm/gpu_communicator_test.cc covers pure_nccl instead.
+TEST_CASE("errors: pure_nccl without CUDA or without a GPU says why, before any MPI call") {
+  if (cuda::device_count() > 0) return;
+  const std::string reason = cuda::unavailable_reason();
+  REQUIRE(!reason.empty());
+  if (!cuda::built_with_cuda()) CHECK_THAT(reason, Contains("--config=cuda"));
+  for (const std::string& error : {error_of([] { create_communicator("pure_nccl"); }),
+                                   error_of([] { create_communicator("pure_nccl", MPI_COMM_WORLD); }),
+                                   error_of([] { create_communicator("pure_nccl", MPI_COMM_NULL); })}) {
+    CHECK_THAT(error, Contains("\"pure_nccl\" needs a CUDA GPU") && Contains(reason) && Contains("\"naive\""));
+  }
+  // Nothing collective started: the world communicator still works.
+  world().barrier();
 }
 
 TEST_CASE("errors: bad peers, tags and roots are rejected before any traffic") {

@@ -21,3 +21,39 @@ def mpi_test(name, srcs, deps, ranks = [2, 3], size = "medium", **kwargs):
             tags = ["cpu:2"],
             **kwargs
         )
+
+def _cuda_build_only():
+    return select({
+        "//:cuda_enabled": [],
+        "//conditions:default": ["//third_party/cuda:cuda_build_only"],
+    })
+
+def gpu_mpi_test(name, srcs, deps, ranks = [1, 2], size = "medium", **kwargs):
+    """An mpi_test of code on CUDA tensors: NAME_bin and one sh_test NAME_<n>ranks per entry of ranks.
+
+    Built only under --config=cuda (elsewhere Bazel reports the tests as skipped, as
+    tests/cuda/gpu_test.bzl does). Its main() is //tests/cuda:gpu_main: on a machine without a
+    GPU every rank reports each test case as skipped, with the reason, and succeeds. The ranks
+    share the machine's GPUs (cuda:(intra_rank % count)).
+    """
+    native.cc_binary(
+        name = name + "_bin",
+        srcs = srcs,
+        deps = deps + [
+            "//cuda",
+            "//tests/cuda:gpu_main",
+        ],
+        testonly = True,
+        target_compatible_with = _cuda_build_only(),
+    )
+    for n in ranks:
+        native.sh_test(
+            name = "%s_%dranks" % (name, n),
+            size = size,
+            srcs = ["//tests/comm:run_mpi.sh"],
+            args = [str(n), "$(location :%s_bin)" % name],
+            data = [":" + name + "_bin"],
+            tags = ["cpu:2", "gpu"],
+            target_compatible_with = _cuda_build_only(),
+            **kwargs
+        )
