@@ -135,8 +135,11 @@ void Tensor::copy_(const Tensor& src) {
     // Device to device: staged through the host. Same-device copies go through the strided
     // copy kernel instead, which stays on the device.
     if (src.device_ == device_) {
+      // Overlapping ranges (a shifted view of the same storage) would race in the kernel: copy
+      // through a temporary, as memmove does on the host.
+      const Tensor from = shares_storage_with(src) ? src.clone() : src;
       StridedView view{0, contiguous_strides({numel_})};
-      backend_for(device_, "copy_").copy_strided(src, view, *this, view, {numel_});
+      backend_for(device_, "copy_").copy_strided(from, view, *this, view, {numel_});
       return;
     }
     std::vector<char> host(n);

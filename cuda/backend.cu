@@ -12,8 +12,10 @@ void* CudaBackend::allocate(std::size_t nbytes, int device_index) {
 }
 
 void CudaBackend::deallocate(void* ptr, std::size_t, int device_index) {
-  if (ptr == nullptr) return;
-  use_device(device_index, "deallocate").allocator->deallocate(ptr);
+  // Called from Storage's destructor, which must not throw: returning a block to the cache is
+  // bookkeeping only (no CUDA call), so a sticky error from a faulted kernel cannot turn the
+  // unwinding of its exception into std::terminate.
+  release_device_block(ptr, device_index);
 }
 
 void CudaBackend::copy_to_host(void* host_dst, const void* src, std::size_t nbytes, int device_index) {
@@ -27,9 +29,10 @@ void CudaBackend::copy_to_host(void* host_dst, const void* src, std::size_t nbyt
 void CudaBackend::copy_from_host(void* dst, const void* host_src, std::size_t nbytes, int device_index) {
   if (nbytes == 0) return;
   DeviceContext& ctx = use_device(device_index, "copy_from_host");
-  // From pageable memory the call returns once host_src has been staged, so the caller may
-  // free or reuse it at once; the device sees the bytes in stream order.
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, ctx.stream));
+  // From pageable memory the runtime only promises that the copy "might be synchronous"; the
+  // caller may free host_src as soon as this returns, so wait (as PyTorch's blocking copy does).
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 CudaBackend& backend() {

@@ -86,9 +86,16 @@ AllocatorStats CachingAllocator::stats() const {
 }
 
 void CachingAllocator::release_cached_locked() {
-  for (const auto& [size, block] : free_blocks_) raw_.release(block, size);
-  free_blocks_.clear();
-  stats_.cached_bytes = 0;
+  // Each block leaves the cache before it is released, so that a release that throws (a CUDA
+  // error) cannot leave an already freed block behind to be handed out and freed again.
+  while (!free_blocks_.empty()) {
+    const auto it = free_blocks_.begin();
+    const std::size_t size = it->first;
+    void* block = it->second;
+    free_blocks_.erase(it);
+    stats_.cached_bytes -= size;
+    raw_.release(block, size);
+  }
 }
 
 }  // namespace cuda

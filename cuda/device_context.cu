@@ -1,5 +1,7 @@
 #include "cuda/device_context.h"
 
+#include <atomic>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -112,6 +114,25 @@ DeviceContext& use_device(int index, const char* what) {
   return *ctx;
 }
 
+void release_device_block(void* ptr, int index) noexcept {
+  if (ptr == nullptr) return;
+  try {
+    CachingAllocator* allocator = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(slots_mutex());
+      auto& all = slots();
+      if (index >= 0 && static_cast<std::size_t>(index) < all.size() && all[index])
+        allocator = all[index]->allocator.get();
+    }
+    if (allocator == nullptr) throw Error("no context for device cuda:" + std::to_string(index));
+    allocator->deallocate(ptr);
+  } catch (const std::exception& e) {
+    static std::atomic<bool> reported{false};
+    if (!reported.exchange(true))
+      std::fprintf(stderr, "tandem: could not return a block of cuda:%d to its cache: %s\n", index, e.what());
+  }
+}
+
 CachingAllocator& pinned_host_allocator() {
   static auto* memory = new PinnedMemory();
   static auto* allocator = new CachingAllocator(*memory, "pinned host memory");
@@ -122,9 +143,7 @@ DeviceBuffer::DeviceBuffer(std::size_t nbytes, int device) : nbytes_(nbytes), de
   data_ = use_device(device, "DeviceBuffer").allocator->allocate(nbytes);
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) use_device(device_).allocator->deallocate(data_);
-}
+DeviceBuffer::~DeviceBuffer() { release_device_block(data_, device_); }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : data_(other.data_), nbytes_(other.nbytes_), device_(other.device_) {
@@ -134,7 +153,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) use_device(device_).allocator->deallocate(data_);
+    release_device_block(data_, device_);
     data_ = other.data_;
     nbytes_ = other.nbytes_;
     device_ = other.device_;

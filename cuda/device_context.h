@@ -28,8 +28,13 @@ struct DeviceContext {
 // when the device does not exist.
 DeviceContext& use_device(int index, const char* what = "cuda");
 
+// Returns a block of device `index`'s caching allocator to its cache without any CUDA call
+// and without throwing (for destructors); a failure is reported on stderr once.
+void release_device_block(void* ptr, int index) noexcept;
+
 // Page-locked host memory for staging transfers (communication through the host), cached
-// like device memory.
+// like device memory. Unlike device memory, its reuse is not ordered by a stream: a caller that
+// queues an asynchronous copy from or into a block must wait for it before freeing the block.
 CachingAllocator& pinned_host_allocator();
 
 // A temporary buffer from a device's caching allocator (cuDNN workspaces, scratch space); it

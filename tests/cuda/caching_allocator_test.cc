@@ -336,3 +336,35 @@ TEST_CASE("many blocks of mixed sizes: every pointer distinct while live, all re
   REQUIRE(s.cache_hits == 2 * std::size(sizes));
   REQUIRE(s.in_use_bytes == 0);
 }
+
+TEST_CASE("a release that throws leaves no freed block in the cache") {
+  // A raw source whose second release fails (cudaFree reporting a sticky error): the blocks
+  // released before the failure must be gone from the cache, or they would be handed out and
+  // freed again.
+  class FailingRelease : public RawMemory {
+   public:
+    void* allocate(std::size_t nbytes) override { return std::malloc(nbytes); }
+    void release(void* ptr, std::size_t) override {
+      std::free(ptr);  // (gone either way: LeakSanitizer runs these tests too)
+      if (++calls == 2) throw tandem::Error("cudaFree failed");
+      freed.insert(ptr);
+    }
+    int calls = 0;
+    std::set<void*> freed;
+  } raw;
+  std::vector<void*> blocks;
+  {
+    CachingAllocator allocator(raw, "test");
+    for (int i = 0; i < 3; ++i) blocks.push_back(allocator.allocate(4 * kKiB));
+    for (void* block : blocks) allocator.deallocate(block);
+    REQUIRE(allocator.stats().cached_bytes == 3 * 4 * kKiB);
+    REQUIRE_THROWS_WITH(allocator.empty_cache(), Catch::Contains("cudaFree failed"));
+    // One block was freed, one was lost to the failure; only the third may still be cached.
+    REQUIRE(allocator.stats().cached_bytes == 4 * kKiB);
+    void* again = allocator.allocate(4 * kKiB);
+    REQUIRE(raw.freed.count(again) == 0);
+    allocator.deallocate(again);
+  }
+  REQUIRE(raw.calls == 3);  // the destructor released the last cached block once
+  REQUIRE(raw.freed.size() == 2);
+}
