@@ -5,15 +5,17 @@
 //
 // Algorithm choice. Each pass asks cuDNN's heuristics (cudnnGet*Algorithm_v7: no benchmark, no
 // memory, and the same answer on every run on the same GPU and cuDNN, so results are
-// reproducible from run to run) once per shape; the answer is cached by device, pass, dtype,
-// precision mode and geometry. Only algorithms that cuDNN marks CUDNN_DETERMINISTIC are taken
-// (the backward passes' atomics-based ALGO_0 never is), and for f32 by default only FMA math:
-// CUDNN_DEFAULT_MATH may run f32 convolutions on TF32 tensor cores on Ampere and later, while
-// CUDNN_FMA_MATH restricts cuDNN to kernels using FMA instructions, i.e. exact FP32. TF32 is
-// used only under tandem::cuda::allow_tf32(); f64 runs with the default math, which has no
-// reduced-precision mode for doubles. Candidates are taken in the heuristics' order,
-// each checked by querying its workspace with the final math type; when none qualifies, a
-// short list of deterministic algorithms that support every geometry is tried.
+// reproducible from run to run) for a ranking of the algorithms. Only deterministic ones are
+// taken (the backward passes' atomics-based ALGO_0 and the filter's ALGO_3 never are), and for
+// f32 by default only FMA math: CUDNN_DEFAULT_MATH may run f32 convolutions on TF32 tensor
+// cores on Ampere and later, while CUDNN_FMA_MATH restricts cuDNN to kernels using FMA
+// instructions, i.e. exact FP32. Unless TF32 is allowed (tandem::cuda::allow_tf32()), the
+// FFT/Winograd algorithms are left out too (see exact_mode). f64 runs with the default math,
+// which has no reduced-precision mode for doubles. The candidates that pass, then a short list
+// of direct deterministic fallbacks, are tried in order until one runs (a candidate whose
+// workspace query succeeded can still fail to run, or its workspace fail to allocate); the one
+// that ran is cached by device, pass, dtype, precision mode, geometry and pointer alignment.
+// TANDEM_CUDNN_VERBOSE=1 prints each cached choice to stderr.
 //
 // Batches are cut into chunks whose tensors have fewer than 2^31 elements (cuDNN's 4-D
 // descriptors take int sizes and strides); the weight gradient sums its chunks with beta = 1,
@@ -21,6 +23,8 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -97,16 +101,87 @@ struct ConvAlgorithm {
   std::size_t workspace = 0;
 };
 
-using ConvKey = std::array<std::int64_t, 18>;
+bool same_algorithm(const ConvAlgorithm& a, const ConvAlgorithm& b) { return a.algo == b.algo && a.math == b.math; }
+
+// Exact mode (f64, and f32 unless allow_tf32()): only algorithms that compute every output as
+// a sum over its own window. FFT, FFT_TILING, WINOGRAD and WINOGRAD_NONFUSED are deterministic
+// but transform the whole tile: an Inf/NaN in the input reaches outputs whose window does not
+// contain it (Inf - Inf in the transform), and FFT's rounding error is relative to the tensor's
+// largest magnitude, not to each output's terms, so they would not match the CPU reference.
+// Under allow_tf32() exactness is already given up and they are allowed.
+bool exact_mode(const CudnnConv& c) { return c.type == CUDNN_DATA_DOUBLE || c.fma_only; }
+
+// Whether `algo` of `pass` sums each output over its window (no FFT/Winograd transform).
+bool is_direct(ConvPass pass, int algo) {
+  switch (pass) {
+    case ConvPass::forward:
+      return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
+             algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+    case ConvPass::backward_data:
+      return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    case ConvPass::backward_filter:
+      return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
+             algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+  }
+  return false;
+}
+
+// cudnn_ops.h marks backward data ALGO_0 and backward filter ALGO_0 and ALGO_3 non-deterministic
+// (atomic adds); every forward algorithm is deterministic. Checked besides the heuristics'
+// `determinism` field so that the fallbacks go through the same test.
+bool is_deterministic(ConvPass pass, int algo) {
+  switch (pass) {
+    case ConvPass::forward: return true;
+    case ConvPass::backward_data: return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+    case ConvPass::backward_filter:
+      return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 && algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+  }
+  return false;
+}
+
+const char* algorithm_name(ConvPass pass, int algo) {
+  static const char* const forward[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM",     "DIRECT",
+                                        "FFT",           "FFT_TILING",            "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const data[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const filter[] = {"ALGO_0",   "ALGO_1",           "FFT",       "ALGO_3",
+                                       "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+  switch (pass) {
+    case ConvPass::forward: return algo >= 0 && algo < 8 ? forward[algo] : "?";
+    case ConvPass::backward_data: return algo >= 0 && algo < 6 ? data[algo] : "?";
+    case ConvPass::backward_filter: return algo >= 0 && algo < 7 ? filter[algo] : "?";
+  }
+  return "?";
+}
+
+const char* math_name(cudnnMathType_t math) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH: return "DEFAULT_MATH";
+    case CUDNN_TENSOR_OP_MATH: return "TENSOR_OP_MATH";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "TENSOR_OP_MATH_ALLOW_CONVERSION";
+    case CUDNN_FMA_MATH: return "FMA_MATH";
+  }
+  return "?";
+}
+
+// The alignment of the chunk's data pointers, at most 16 bytes. Part of the cache key: a chunk
+// at an odd offset (batch chunks start at first * image_size * element) may need a fallback
+// that an aligned call of the same shape must not inherit.
+std::int64_t pointer_alignment(const void* a, const void* b, const void* c) {
+  const std::uintptr_t bits = reinterpret_cast<std::uintptr_t>(a) | reinterpret_cast<std::uintptr_t>(b) |
+                              reinterpret_cast<std::uintptr_t>(c) | std::uintptr_t(16);
+  return static_cast<std::int64_t>(bits & (~bits + 1));  // the lowest set bit
+}
+
+using ConvKey = std::array<std::int64_t, 19>;
 
 ConvKey make_key(int device, ConvPass pass, const CudnnConv& c, const Conv2DGeometry& g, std::int64_t out_channels,
-                 std::int64_t groups, std::int64_t batch) {
+                 std::int64_t groups, std::int64_t batch, std::int64_t alignment) {
   return {device,     static_cast<std::int64_t>(pass),
           static_cast<std::int64_t>(c.type), c.fma_only ? 1 : 0,
           batch,      g.channels, g.height,   g.width,  out_channels,
           g.kernel_h, g.kernel_w, g.stride_y, g.stride_x,
           g.pad_y,    g.pad_x,    g.dilate_y, g.dilate_x,
-          groups};
+          groups,     alignment};
 }
 
 std::mutex& cache_mutex() {
@@ -114,9 +189,21 @@ std::mutex& cache_mutex() {
   return mutex;
 }
 
+// Per key, the first algorithm that actually ran (never one that was only ranked).
 std::map<ConvKey, ConvAlgorithm>& algorithm_cache() {
   static auto* cache = new std::map<ConvKey, ConvAlgorithm>();
   return *cache;
+}
+
+// TANDEM_CUDNN_VERBOSE=1: one line per cache key on stderr with the algorithm chosen, so that a
+// GPU run can confirm what exact FP32 really runs (e.g. that it does not always land on the
+// fallbacks because the heuristics offered no FMA_MATH candidate).
+bool verbose() {
+  static const bool on = [] {
+    const char* value = std::getenv("TANDEM_CUDNN_VERBOSE");
+    return value != nullptr && value[0] != '\0' && std::string(value) != "0";
+  }();
+  return on;
 }
 
 // The most workspace a candidate may ask for: an eighth of the device's memory, at most 4 GiB
@@ -199,13 +286,15 @@ std::vector<Candidate> heuristic_candidates(const DeviceContext& ctx, ConvPass p
   return {};
 }
 
-// Deterministic algorithms that support groups, dilation and f64, for when the heuristics
-// offer none that qualifies.
+// Deterministic, direct algorithms that support groups, dilation and f64, tried after the
+// heuristics' candidates. The last is the last resort, taken whatever workspace it asks for:
+// forward IMPLICIT_GEMM needs none; backward ALGO_1 is the only deterministic direct algorithm
+// (ALGO_0, which needs no workspace, adds with atomics), so it is the backward passes' last resort.
 std::vector<int> fallback_algorithms(ConvPass pass) {
   switch (pass) {
     case ConvPass::forward:
-      return {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
-              CUDNN_CONVOLUTION_FWD_ALGO_GEMM};
+      return {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+              CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM};
     case ConvPass::backward_data:
       return {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1};
     case ConvPass::backward_filter:
@@ -214,59 +303,141 @@ std::vector<int> fallback_algorithms(ConvPass pass) {
   return {};
 }
 
-ConvAlgorithm choose_algorithm(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c) {
+// Every algorithm worth trying, best first, and why the others were left out (for the
+// verbose line).
+struct RankedAlgorithms {
+  std::vector<ConvAlgorithm> list;
+  int from_heuristics = 0;  // the first ones of `list`; the rest are fallbacks
+  int offered = 0, nondeterministic = 0, wrong_math = 0, transform = 0, no_workspace = 0;
+};
+
+RankedAlgorithms rank_algorithms(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c) {
   const std::size_t limit = workspace_limit(ctx);
-  ConvAlgorithm chosen;
-  auto try_candidate = [&](int algo, cudnnMathType_t math) {
+  const bool exact = exact_mode(c);
+  RankedAlgorithms ranked;
+  // Adds ALGO with MATH unless cuDNN rejects it, it is listed already or it needs more than the
+  // workspace limit (which the last resort ignores).
+  auto add = [&](int algo, cudnnMathType_t math, bool ignore_limit) {
+    for (const ConvAlgorithm& a : ranked.list)
+      if (a.algo == algo && a.math == math) return true;
     std::size_t bytes = 0;
-    if (!query_workspace(ctx, pass, c, algo, math, &bytes) || bytes > limit) return false;
-    chosen.algo = algo;
-    chosen.math = math;
-    chosen.workspace = bytes;
+    if (!query_workspace(ctx, pass, c, algo, math, &bytes) || (bytes > limit && !ignore_limit)) return false;
+    ranked.list.push_back({algo, math, bytes});
     return true;
   };
-  bool found = false;
   for (const Candidate& cand : heuristic_candidates(ctx, pass, c)) {
-    if (cand.status != CUDNN_STATUS_SUCCESS || cand.determinism != CUDNN_DETERMINISTIC) continue;
+    if (cand.status != CUDNN_STATUS_SUCCESS) continue;
+    ++ranked.offered;
+    if (cand.determinism != CUDNN_DETERMINISTIC || !is_deterministic(pass, cand.algo)) {
+      ++ranked.nondeterministic;
+      continue;
+    }
     // Exact f32: only FMA configurations (a DEFAULT_MATH one may be TF32). Otherwise anything but
     // TENSOR_OP_MATH_ALLOW_CONVERSION (data converted to f16).
-    if (c.fma_only ? cand.math != CUDNN_FMA_MATH : cand.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-    if ((found = try_candidate(cand.algo, cand.math))) break;
-  }
-  if (!found) {
-    const cudnnMathType_t math = base_math(c);
-    for (int algo : fallback_algorithms(pass)) {
-      if ((found = try_candidate(algo, math))) break;
+    if (c.fma_only ? cand.math != CUDNN_FMA_MATH : cand.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) {
+      ++ranked.wrong_math;
+      continue;
     }
+    if (exact && !is_direct(pass, cand.algo)) {
+      ++ranked.transform;
+      continue;
+    }
+    if (!add(cand.algo, cand.math, false)) ++ranked.no_workspace;
   }
-  // Leave the descriptor as it was described; the caller sets the chosen math type.
-  (void)cudnnSetConvolutionMathType(c.conv.get(), base_math(c));
-  TANDEM_CHECK(found, pass_op(pass), ": cuDNN offers no deterministic", c.fma_only ? " exact-FP32" : "",
-               " algorithm for this convolution (", c.type == CUDNN_DATA_DOUBLE ? "f64" : "f32", ")");
-  return chosen;
+  ranked.from_heuristics = static_cast<int>(ranked.list.size());
+  const std::vector<int> fallbacks = fallback_algorithms(pass);
+  for (std::size_t i = 0; i < fallbacks.size(); ++i) add(fallbacks[i], base_math(c), i + 1 == fallbacks.size());
+  return ranked;
 }
 
-// The cached algorithm for this chunk's shape, chosen on first use; sets the descriptor's math type.
-ConvAlgorithm algorithm_for(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, const Conv2DGeometry& g,
-                            std::int64_t out_channels, std::int64_t groups, std::int64_t batch) {
-  const ConvKey key = make_key(ctx.index, pass, c, g, out_channels, groups, batch);
-  ConvAlgorithm algorithm;
-  bool cached = false;
+// cuDNN statuses after which the next candidate is tried: the algorithm does not support this
+// call (NOT_SUPPORTED, BAD_PARAM, e.g. a misaligned pointer) -- both reported before anything
+// runs -- or it failed while running. A failure while running may have written part of the
+// output, so it is retried only when the output is overwritten (beta = 0), never when the call
+// accumulates into it.
+bool worth_retrying(cudnnStatus_t status, bool accumulates) {
+  const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(status));
+  if (category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM) return true;
+  return !accumulates && (category == CUDNN_STATUS_EXECUTION_FAILED ||
+                          status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
+}
+
+// Runs `launch(algorithm, workspace)` with `a`: true when it ran; false, with the reason added
+// to `failures`, when its workspace could not be allocated or cuDNN refused it in a way worth
+// retrying; throws on any other cuDNN error.
+template <typename Launch>
+bool try_algorithm(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, const ConvAlgorithm& a,
+                   bool accumulates, const char* call, Launch& launch, std::string* failures) {
+  TANDEM_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.get(), a.math));
+  const std::string name = std::string(algorithm_name(pass, a.algo)) + "/" + math_name(a.math);
+  DeviceBuffer workspace;
+  try {
+    workspace = DeviceBuffer(a.workspace, ctx.index);
+  } catch (const Error& e) {  // out of memory: a smaller workspace may still fit
+    (void)cudaGetLastError();
+    *failures += "; " + name + ": workspace of " + std::to_string(a.workspace) + " bytes: " + e.what();
+    return false;
+  }
+  const cudnnStatus_t status = launch(a, workspace.data());
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  if (!worth_retrying(status, accumulates))
+    throw_status("cuDNN", static_cast<long>(status), cudnnGetErrorString(status), call, __FILE__, __LINE__);
+  (void)cudaGetLastError();  // clear a non-sticky CUDA error so that the next candidate starts clean
+  *failures += "; " + name + ": " + cudnnGetErrorString(status);
+  return false;
+}
+
+// Runs one chunk: the cached algorithm of `key` if there is one, else (or when it fails, e.g.
+// its workspace no longer fits) the ranked candidates in order, as PyTorch's Conv_v7 does.
+// Only an algorithm that ran is cached, and a cached entry is never replaced, so that a
+// transient out-of-memory does not change the results of later calls.
+template <typename Launch>
+void run_convolution(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, const ConvKey& key,
+                     bool accumulates, const char* call, Launch launch) {
+  std::string failures;
+  ConvAlgorithm cached;
+  bool have_cached = false;
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto it = algorithm_cache().find(key);
     if (it != algorithm_cache().end()) {
-      algorithm = it->second;
-      cached = true;
+      cached = it->second;
+      have_cached = true;
     }
   }
-  if (!cached) {
-    algorithm = choose_algorithm(ctx, pass, c);
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    algorithm_cache().emplace(key, algorithm);
+  if (have_cached && try_algorithm(ctx, pass, c, cached, accumulates, call, launch, &failures)) return;
+  const RankedAlgorithms ranked = rank_algorithms(ctx, pass, c);
+  for (std::size_t i = 0; i < ranked.list.size(); ++i) {
+    const ConvAlgorithm& a = ranked.list[i];
+    if (have_cached && same_algorithm(a, cached)) continue;  // failed just above
+    if (!try_algorithm(ctx, pass, c, a, accumulates, call, launch, &failures)) continue;
+    if (have_cached) return;
+    bool inserted = false;
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex());
+      inserted = algorithm_cache().emplace(key, a).second;
+    }
+    if (inserted && verbose()) {
+      auto k = [&](int i) { return static_cast<long long>(key[i]); };  // the fields of make_key
+      std::fprintf(stderr,
+                   "tandem cuDNN: %s %s%s device %d x [%lld, %lld, %lld, %lld] W [%lld, -, %lld, %lld] stride %lld,%lld "
+                   "pad %lld,%lld dilate %lld,%lld groups %lld align %lld: %s %s, workspace %zu bytes (candidate "
+                   "%zu of %zu, %s; heuristics offered %d: %d non-deterministic, %d wrong math, %d FFT/Winograd, "
+                   "%d unsupported or over the workspace limit)%s\n",
+                   pass_op(pass), c.type == CUDNN_DATA_DOUBLE ? "f64" : "f32",
+                   c.fma_only ? " exact-FP32" : (c.type == CUDNN_DATA_DOUBLE ? "" : " TF32-allowed"), ctx.index, k(4),
+                   k(5), k(6), k(7), k(8), k(9), k(10), k(11), k(12), k(13), k(14), k(15), k(16), k(17), k(18),
+                   algorithm_name(pass, a.algo), math_name(a.math), a.workspace, i + 1, ranked.list.size(),
+                   static_cast<int>(i) < ranked.from_heuristics ? "heuristic" : "fallback", ranked.offered,
+                   ranked.nondeterministic, ranked.wrong_math, ranked.transform, ranked.no_workspace,
+                   failures.empty() ? "" : (" after" + failures.substr(1)).c_str());
+    }
+    return;
   }
-  TANDEM_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.get(), algorithm.math));
-  return algorithm;
+  TANDEM_FAIL(pass_op(pass), ": no deterministic", exact_mode(c) ? " direct" : "",
+              c.fma_only ? " exact-FP32" : "", " cuDNN algorithm could run this convolution (",
+              c.type == CUDNN_DATA_DOUBLE ? "f64" : "f32", ", batch ", key[4], ", pointer alignment ", key[18],  // see make_key
+              "): ", failures.empty() ? std::string("none was offered") : failures.substr(2));
 }
 
 // ---- batching ----
@@ -328,12 +499,17 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, cons
     for (std::int64_t first = 0; first < g.batch; first += chunk) {
       const std::int64_t count = g.batch - first < chunk ? g.batch - first : chunk;
       describe(c, g, O, groups, count, op);
-      const ConvAlgorithm a = algorithm_for(ctx, ConvPass::forward, c, g, O, groups, count);
-      DeviceBuffer workspace(a.workspace, ctx.index);
-      TANDEM_CUDNN_CHECK(cudnnConvolutionForward(
-          ctx.cudnn, scalars.alpha(), c.x.get(), px + first * x_image * element, c.w.get(), W.raw_data(),
-          c.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), workspace.data(), a.workspace,
-          scalars.beta(), c.y.get(), py + first * y_image * element));
+      const void* cx = px + first * x_image * element;
+      void* cy = py + first * y_image * element;
+      const ConvKey key =
+          make_key(ctx.index, ConvPass::forward, c, g, O, groups, count, pointer_alignment(cx, W.raw_data(), cy));
+      run_convolution(ctx, ConvPass::forward, c, key, /*accumulates=*/false, "cudnnConvolutionForward",
+                      [&](const ConvAlgorithm& a, void* workspace) {
+                        return cudnnConvolutionForward(
+                            ctx.cudnn, scalars.alpha(), c.x.get(), cx, c.w.get(), W.raw_data(), c.conv.get(),
+                            static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), workspace, a.workspace, scalars.beta(),
+                            c.y.get(), cy);
+                      });
     }
   }
   if (b.defined()) add_channel_bias(y, b, ctx);
@@ -361,12 +537,17 @@ void CudaBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Con
   for (std::int64_t first = 0; first < g.batch; first += chunk) {
     const std::int64_t count = g.batch - first < chunk ? g.batch - first : chunk;
     describe(c, g, O, groups, count, op);
-    const ConvAlgorithm a = algorithm_for(ctx, ConvPass::backward_data, c, g, O, groups, count);
-    DeviceBuffer workspace(a.workspace, ctx.index);
-    TANDEM_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        ctx.cudnn, scalars.alpha(), c.w.get(), W.raw_data(), c.y.get(), pgy + first * y_image * element,
-        c.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), workspace.data(), a.workspace,
-        scalars.beta(), c.x.get(), pgx + first * x_image * element));
+    const void* cgy = pgy + first * y_image * element;
+    void* cgx = pgx + first * x_image * element;
+    const ConvKey key = make_key(ctx.index, ConvPass::backward_data, c, g, O, groups, count,
+                                 pointer_alignment(cgx, W.raw_data(), cgy));
+    run_convolution(ctx, ConvPass::backward_data, c, key, /*accumulates=*/false, "cudnnConvolutionBackwardData",
+                    [&](const ConvAlgorithm& a, void* workspace) {
+                      return cudnnConvolutionBackwardData(
+                          ctx.cudnn, scalars.alpha(), c.w.get(), W.raw_data(), c.y.get(), cgy, c.conv.get(),
+                          static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), workspace, a.workspace,
+                          scalars.beta(), c.x.get(), cgx);
+                    });
   }
 }
 
@@ -393,12 +574,18 @@ void CudaBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Co
     // The first chunk overwrites gW, later ones add to it, in order.
     const CudnnScalars scalars(c.type, 1.0, first == 0 ? 0.0 : 1.0);
     describe(c, g, O, groups, count, op);
-    const ConvAlgorithm a = algorithm_for(ctx, ConvPass::backward_filter, c, g, O, groups, count);
-    DeviceBuffer workspace(a.workspace, ctx.index);
-    TANDEM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        ctx.cudnn, scalars.alpha(), c.x.get(), px + first * x_image * element, c.y.get(),
-        pgy + first * y_image * element, c.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
-        workspace.data(), a.workspace, scalars.beta(), c.w.get(), gW.raw_data()));
+    const void* cx = px + first * x_image * element;
+    const void* cgy = pgy + first * y_image * element;
+    const ConvKey key = make_key(ctx.index, ConvPass::backward_filter, c, g, O, groups, count,
+                                 pointer_alignment(cx, gW.raw_data(), cgy));
+    // Chunks after the first add into gW: a failure while running is not retried (see worth_retrying).
+    run_convolution(ctx, ConvPass::backward_filter, c, key, /*accumulates=*/first > 0,
+                    "cudnnConvolutionBackwardFilter", [&](const ConvAlgorithm& a, void* workspace) {
+                      return cudnnConvolutionBackwardFilter(
+                          ctx.cudnn, scalars.alpha(), c.x.get(), cx, c.y.get(), cgy, c.conv.get(),
+                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), workspace, a.workspace,
+                          scalars.beta(), c.w.get(), gW.raw_data());
+                    });
   }
 }
 
