@@ -1,5 +1,6 @@
 // Reductions over the middle axis of an [outer, reduced, inner] view.
 #include <limits>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -12,6 +13,13 @@ namespace tandem {
 
 namespace {
 
+template <typename Row>
+bool leading_nan(const Row& row) {
+  using T = typename Row::Scalar;
+  if constexpr (std::is_floating_point<T>::value) return row[0] != row[0];
+  return false;
+}
+
 template <typename T>
 void reduce_values(ReduceOp op, const T* in, std::int64_t outer, std::int64_t reduced, std::int64_t inner, T* out) {
   if (inner == 1) {
@@ -21,8 +29,11 @@ void reduce_values(ReduceOp op, const T* in, std::int64_t outer, std::int64_t re
         Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> row(in + o * reduced, reduced);
         switch (op) {
           case ReduceOp::sum: out[o] = row.sum(); break;
-          case ReduceOp::max: out[o] = row.maxCoeff(); break;
-          case ReduceOp::min: out[o] = row.minCoeff(); break;
+          // The NaN rule of the strided path and of argmax (a scan keeping the first extreme: a
+          // NaN wins only as the first element), at packet speed: Eigen's default maxCoeff lets
+          // a NaN win or lose by its lane. PropagateNumbers skips NaNs; a leading one is the scan's.
+          case ReduceOp::max: out[o] = leading_nan(row) ? row[0] : row.template maxCoeff<Eigen::PropagateNumbers>(); break;
+          case ReduceOp::min: out[o] = leading_nan(row) ? row[0] : row.template minCoeff<Eigen::PropagateNumbers>(); break;
           default: TANDEM_FAIL("reduce: bad op");
         }
       }

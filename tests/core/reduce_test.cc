@@ -287,3 +287,39 @@ TEST_CASE("sum_to reduces broadcast axes back", "[reduce][sum_to]") {
   CHECK_THROWS_AS(sum_to(x, {2, 1}), Error);
   CHECK_THROWS_AS(sum_to(x, {1, 2, 3, 4}), Error);
 }
+
+TEST_CASE("max and min treat NaN alike on every path: it wins only as the first element", "[reduce][nan]") {
+  // The scan of argmax: a NaN first is kept (nothing compares greater), a NaN later never wins.
+  // Rows of 67 put the NaN inside a packet and in the tail; the strided path ([67, 3] over
+  // axis 0) must agree with the contiguous one ([3, 67] over axis 1).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (int where : {0, 1, 5, 17, 33, 64, 66}) {
+      std::vector<double> row(67);
+      for (int i = 0; i < 67; ++i) row[i] = std::sin(i * 1.3) * 10;
+      row[where] = nan;
+      std::vector<double> rows;
+      for (int r = 0; r < 3; ++r) rows.insert(rows.end(), row.begin(), row.end());
+      const Tensor contiguous = from_vector(rows, {3, 67}).to(dtype);
+      const Tensor strided = transpose(contiguous).clone();  // [67, 3]
+      double expected_max = -1e300, expected_min = 1e300;
+      for (int i = 0; i < 67; ++i)
+        if (i != where) expected_max = std::max(expected_max, row[i]), expected_min = std::min(expected_min, row[i]);
+      const double rounded_max = dtype == DType::f32 ? double(float(expected_max)) : expected_max;
+      const double rounded_min = dtype == DType::f32 ? double(float(expected_min)) : expected_min;
+      for (const auto& [mx, mn] : {std::make_pair(max(contiguous, {1}), min(contiguous, {1})),
+                                   std::make_pair(max(strided, {0}), min(strided, {0}))}) {
+        INFO(dtype_name(dtype) << " NaN at " << where);
+        for (double v : mx.to_vector<double>()) {
+          if (where == 0) REQUIRE(std::isnan(v));
+          else REQUIRE(v == rounded_max);
+        }
+        for (double v : mn.to_vector<double>()) {
+          if (where == 0) REQUIRE(std::isnan(v));
+          else REQUIRE(v == rounded_min);
+        }
+      }
+      REQUIRE(argmax(contiguous, 1).to_vector<std::int64_t>()[0] == (where == 0 ? 0 : argmax(strided, 0).to_vector<std::int64_t>()[0]));
+    }
+  }
+}
