@@ -138,17 +138,32 @@ bool MpiCommunicator::on_device(const std::vector<Header>& all) const {
   return false;
 }
 
+// Once the headers agree, every peer has committed to the collective and queues its half on its
+// GPU, where nothing can take it back: a failure on this rank from then on (an allocation out
+// of memory included) leaves those halves waiting forever, so it must break the communicator.
+// Hence every step after the exchange that can throw runs inside the phase, and what can be
+// done before it (transport_copy, outputs of a locally known size) is done before it, when a
+// failure is still this rank's alone and leaves the communicator usable. What follows the phase
+// (copies back to the caller's device) may throw without harm: every rank's half is queued.
 template <typename F>
 void MpiCommunicator::run_device_phase(const char* operation, F&& phase) {
   const std::int64_t sequence = collective_sequence_ - 1;
   try {
     phase();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // tandem::Error, and std::bad_alloc from host containers
     // The peers have queued their halves, which can now never complete.
     broken_ = detail::concat(operation, " (collective #", sequence, ") failed on the device (", e.what(), ")");
     throw;
   }
   collective_open_ = false;
+}
+
+bool MpiCommunicator::moves_on_device(const Tensor& x) const {
+  return moves_device_tensors() && x.defined() && x.device().is_cuda();
+}
+
+Tensor MpiCommunicator::transport_copy(const Tensor& x) const {
+  return moves_on_device(x) ? x.to(transport_device()) : Tensor();
 }
 
 MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root, const Tensor* typed) {
@@ -258,11 +273,14 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   if (is_root) check_defined(x, operation);
   Header mine = collective_header(OpKind::bcast, root, is_root ? &x : nullptr);
   mine.digest = digest;
+  // Device transport: the root's copy before the exchange, the others' buffers (sized by the
+  // root's header) inside the device phase (see run_device_phase).
+  Tensor buffer = is_root ? transport_copy(x) : Tensor();
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   const Header& from_root = all[root];
   if (on_device(all)) {
-    Tensor buffer = is_root ? x.to(transport_device()) : Tensor(from_root.shape, from_root.dtype, transport_device());
     run_device_phase(operation, [&] {
+      if (!is_root) buffer = Tensor(from_root.shape, from_root.dtype, transport_device());
       if (buffer.nbytes() > 0) device_bcast(buffer, root);
     });
     return is_root ? x : buffer.to(landing(from_root));
@@ -285,6 +303,7 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
   check_root(root, "gather");
   check_defined(x, "gather");
   const Header mine = collective_header(OpKind::gather, root, &x);
+  const Tensor staged = transport_copy(x);  // before the exchange (see run_device_phase)
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   const bool is_root = rank_ == root;
   std::vector<Shape> shapes(size_);
@@ -294,10 +313,15 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
     numel += shape_numel(shapes[r]);
   }
   if (on_device(all)) {
-    const Tensor send = x.to(transport_device());
-    Tensor flat = is_root ? Tensor({numel}, x.dtype(), transport_device()) : Tensor();
-    std::vector<Tensor> pieces = is_root ? split_flat(flat, shapes) : std::vector<Tensor>{};
-    run_device_phase("gather", [&] { device_gather(send, pieces, root); });
+    Tensor flat;
+    std::vector<Tensor> pieces;
+    run_device_phase("gather", [&] {
+      if (is_root) {  // sized by the peers' headers
+        flat = Tensor({numel}, x.dtype(), transport_device());
+        pieces = split_flat(flat, shapes);
+      }
+      device_gather(staged, pieces, root);
+    });
     if (!is_root) return {};
     return split_flat(flat.to(x.device()), shapes);
   }
@@ -340,6 +364,9 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
     }
     check_one_kind(xs, "scatter");
   }
+  std::vector<Tensor> sends;  // the root's transport copies, before the exchange (see run_device_phase)
+  if (is_root && moves_on_device(xs[0]))
+    for (const Tensor& x : xs) sends.push_back(transport_copy(x));
   const std::vector<Header> all = exchange_headers(
       [&](int peer) {
         return collective_header(OpKind::scatter, root, is_root ? &xs[peer] : nullptr);
@@ -347,14 +374,11 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
       false);
   const Header& mine = all[root];  // what the root sent this rank
   if (on_device(all)) {
-    std::vector<Tensor> sends;
     Tensor y;
-    if (is_root) {
-      for (const Tensor& x : xs) sends.push_back(x.to(transport_device()));
-    } else {
-      y = Tensor(mine.shape, mine.dtype, transport_device());
-    }
-    run_device_phase("scatter", [&] { device_scatter(sends, y, root); });
+    run_device_phase("scatter", [&] {
+      if (!is_root) y = Tensor(mine.shape, mine.dtype, transport_device());  // sized by the root's header
+      device_scatter(sends, y, root);
+    });
     return is_root ? xs[root] : y.to(landing(mine));
   }
   if (is_root) {
@@ -385,6 +409,7 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
 std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
   check_defined(x, "allgather");
   const Header mine = collective_header(OpKind::allgather, -1, &x);
+  const Tensor staged = transport_copy(x);  // before the exchange (see run_device_phase)
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   std::vector<int> counts(size_), displacements(size_);
   std::vector<Shape> shapes(size_);
@@ -397,10 +422,13 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
     equal = equal && all[r].payload_bytes == all[0].payload_bytes;
   }
   if (on_device(all)) {
-    const Tensor send = x.to(transport_device());
-    Tensor flat({numel}, x.dtype(), transport_device());
-    std::vector<Tensor> pieces = split_flat(flat, shapes);
-    run_device_phase("allgather", [&] { device_allgather(send, flat, pieces); });
+    Tensor flat;
+    std::vector<Tensor> pieces;
+    run_device_phase("allgather", [&] {
+      flat = Tensor({numel}, x.dtype(), transport_device());  // sized by the peers' headers
+      pieces = split_flat(flat, shapes);
+      device_allgather(staged, flat, pieces);
+    });
     return split_flat(flat.to(x.device()), shapes);
   }
   for (int r = 0; r < size_; ++r) {
@@ -439,6 +467,9 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
   std::int64_t uniform = static_cast<std::int64_t>(xs[0].nbytes());
   for (const Tensor& x : xs)
     if (static_cast<std::int64_t>(x.nbytes()) != uniform) uniform = -1;
+  std::vector<Tensor> sends;  // transport copies, before the exchange (see run_device_phase)
+  if (moves_on_device(xs[0]))
+    for (const Tensor& x : xs) sends.push_back(transport_copy(x));
   const std::vector<Header> all = exchange_headers(
       [&](int peer) {
         Header header = collective_header(OpKind::alltoall, -1, &xs[peer]);
@@ -454,11 +485,13 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
   }
   const Device device = xs[0].device();
   if (on_device(all)) {
-    std::vector<Tensor> sends;
-    for (const Tensor& x : xs) sends.push_back(x.to(transport_device()));
-    Tensor flat({numel}, xs[0].dtype(), transport_device());
-    std::vector<Tensor> pieces = split_flat(flat, shapes);
-    run_device_phase("alltoall", [&] { device_alltoall(sends, pieces); });
+    Tensor flat;
+    std::vector<Tensor> pieces;
+    run_device_phase("alltoall", [&] {
+      flat = Tensor({numel}, xs[0].dtype(), transport_device());  // sized by the peers' headers
+      pieces = split_flat(flat, shapes);
+      device_alltoall(sends, pieces);
+    });
     return split_flat(flat.to(device), shapes);
   }
   bool equal = uniform >= 0 && uniform <= INT_MAX;
@@ -500,16 +533,18 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.reduce_op = op == AllreduceOp::mean ? 1 : 0;
   mine.digest = digest;
+  // Device transport: the copy and the output (of x's shape) before the exchange (see run_device_phase).
+  const Tensor staged = transport_copy(x);
+  Tensor device_y = staged.defined() ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true);
   if (on_device(all)) {
-    const Tensor send = x.to(transport_device());
-    Tensor y(x.shape(), x.dtype(), transport_device());
     run_device_phase(operation, [&] {
-      if (y.numel() > 0) device_allreduce(send, y);
+      if (device_y.numel() > 0) device_allreduce(staged, device_y);
     });
     // The arithmetic of divide() below, as a kernel queued behind the sum.
-    if (op == AllreduceOp::mean) y = y.dtype() == DType::f32 ? mul(y, 1.0 / size_) : div(y, double(size_));
-    return y.to(x.device());
+    if (op == AllreduceOp::mean)
+      device_y = device_y.dtype() == DType::f32 ? mul(device_y, 1.0 / size_) : div(device_y, double(size_));
+    return device_y.to(x.device());
   }
   const Tensor send = x.to(Device::cpu());
   Tensor y(x.shape(), x.dtype());
@@ -536,15 +571,17 @@ Tensor MpiCommunicator::reduce(const Tensor& x, int root) {
   check_defined(x, "reduce");
   const MPI_Datatype type = mpi_type(x.dtype(), "reduce");
   const Header mine = collective_header(OpKind::reduce, root, &x);
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true);
   const bool is_root = rank_ == root;
+  // Device transport: the copy and the root's output (of x's shape) before the exchange (see
+  // run_device_phase).
+  const Tensor staged = transport_copy(x);
+  Tensor device_y = staged.defined() && is_root ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true);
   if (on_device(all)) {
-    const Tensor send = x.to(transport_device());
-    Tensor y = is_root ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
     run_device_phase("reduce", [&] {
-      if (x.numel() > 0) device_reduce(send, y, root);
+      if (x.numel() > 0) device_reduce(staged, device_y, root);
     });
-    return is_root ? y.to(x.device()) : Tensor();
+    return is_root ? device_y.to(x.device()) : Tensor();
   }
   const Tensor send = x.to(Device::cpu());
   Tensor y = is_root ? Tensor(x.shape(), x.dtype()) : Tensor();
@@ -575,14 +612,19 @@ Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
   const MPI_Datatype type = mpi_type(xs[0].dtype(), "reduce_scatter");
   Header mine = collective_header(OpKind::reduce_scatter, -1, &xs[rank_]);
   mine.digest = shapes_digest(xs);
+  // Device transport: the copies and the output (of xs[rank]'s shape) before the exchange (see
+  // run_device_phase).
+  std::vector<Tensor> sends;
+  Tensor device_y;
+  if (moves_on_device(xs[0])) {
+    for (const Tensor& x : xs) sends.push_back(transport_copy(x));
+    device_y = Tensor(xs[rank_].shape(), xs[rank_].dtype(), transport_device());
+  }
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
   const Device device = xs[0].device();
   if (on_device(all)) {
-    std::vector<Tensor> sends;
-    for (const Tensor& x : xs) sends.push_back(x.to(transport_device()));
-    Tensor y(xs[rank_].shape(), xs[rank_].dtype(), transport_device());
-    run_device_phase("reduce_scatter", [&] { device_reduce_scatter(sends, y); });
-    return y.to(device);
+    run_device_phase("reduce_scatter", [&] { device_reduce_scatter(sends, device_y); });
+    return device_y.to(device);
   }
   std::vector<int> counts(size_);
   std::size_t total = 0;

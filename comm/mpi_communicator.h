@@ -172,10 +172,16 @@ class MpiCommunicator : public Communicator {
   // Whether a collective's data moves on the device: this communicator moves CUDA tensors and
   // the (agreed) typed headers describe CUDA tensors.
   bool on_device(const std::vector<Header>& all) const;
+  // Whether this rank's x would move on the device transport (the header exchange checks that
+  // the peers agree), and x on transport_device() if so (else undefined): collectives make their
+  // transport copies before the exchange (see run_device_phase in mpi_collectives.cc).
+  bool moves_on_device(const Tensor& x) const;
+  Tensor transport_copy(const Tensor& x) const;
   // Where a tensor that this rank receives without passing one lands (communicator.h).
   Device landing(const Header& header) const;
   // Runs a device data phase as finish_collective runs an MPI one: a failure breaks the
-  // communicator (the peers' halves stay queued).
+  // communicator (the peers' halves stay queued). Everything after the header exchange that can
+  // throw (allocations sized by the peers' headers included) runs inside it.
   template <typename F>
   void run_device_phase(const char* operation, F&& phase);
 

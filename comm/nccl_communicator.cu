@@ -4,6 +4,10 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
 #include <vector>
 
 #include "comm/mpi_env.h"
@@ -51,6 +55,28 @@ void grouped(F&& calls) {
   TANDEM_NCCL_CHECK(ncclGroupEnd());
 }
 
+// What a rank tells the others about its GPU at creation, allgathered as bytes (every rank runs
+// the same binary, so the layout is the same everywhere).
+struct GpuSlot {
+  int host;    // inter_rank
+  int device;  // the logical index, among the GPUs this rank sees; -1: none
+  int count;   // the GPUs this rank sees
+  int uuid_status;  // the cudaError_t of reading the UUID
+  unsigned char uuid[16];
+};
+
+// A UUID as nvidia-smi -L prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+std::string uuid_text(const unsigned char (&uuid)[16]) {
+  std::string text = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    std::snprintf(hex, sizeof hex, "%02x", uuid[i]);
+    text += hex;
+  }
+  return text;
+}
+
 // Whether the tensors lie back to back in one storage, in order (the pieces of split_flat).
 bool consecutive(const std::vector<Tensor>& xs) {
   for (std::size_t i = 1; i < xs.size(); ++i) {
@@ -73,21 +99,47 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(MPI_Comm comm) {
 NcclCommunicator::NcclCommunicator(MPI_Comm owned, std::optional<int> gpu) : MpiCommunicator(owned) {
   // Every rank learns every rank's GPU (and host) before NCCL is touched, so that a layout
   // NCCL refuses is an error on every rank rather than a hang inside ncclCommInitRank.
+  //
+  // Two ranks share a GPU when they name the same physical device on one host, which logical
+  // indices cannot tell: with a CUDA_VISIBLE_DEVICES of its own, every rank sees its GPU as
+  // cuda:0, and different visible sets can map different indices to one GPU. So the ranks
+  // compare (host, UUID) pairs; the logical index only names the GPU in the message.
   const int gpus = cuda::device_count();
   gpu_ = gpu ? *gpu : gpus > 0 ? intra_rank_ % gpus : -1;
-  const int mine[3] = {inter_rank_, gpu_, gpus};
-  std::vector<int> layout(static_cast<std::size_t>(size_) * 3);
-  check_mpi(MPI_Allgather(mine, 3, MPI_INT, layout.data(), 3, MPI_INT, mpi_comm()), "MPI_Allgather (GPU layout)");
+  GpuSlot mine{};
+  mine.host = inter_rank_;
+  mine.device = gpu_;
+  mine.count = gpus;
+  mine.uuid_status = cudaSuccess;
+  if (gpu_ >= 0) {
+    // A failure is reported below on every rank, not thrown here: the peers would wait in the
+    // allgather forever.
+    cudaDeviceProp properties{};
+    const cudaError_t status = cudaGetDeviceProperties(&properties, gpu_);
+    mine.uuid_status = static_cast<int>(status);
+    if (status == cudaSuccess) std::memcpy(mine.uuid, properties.uuid.bytes, sizeof mine.uuid);
+  }
+  std::vector<GpuSlot> layout(static_cast<std::size_t>(size_));
+  check_mpi(MPI_Allgather(&mine, static_cast<int>(sizeof(GpuSlot)), MPI_BYTE, layout.data(),
+                          static_cast<int>(sizeof(GpuSlot)), MPI_BYTE, mpi_comm()),
+            "MPI_Allgather (GPU layout)");
   for (int r = 0; r < size_; ++r) {
-    const int host = layout[3 * r], device = layout[3 * r + 1], count = layout[3 * r + 2];
-    TANDEM_CHECK(device >= 0, "create_communicator(\"pure_nccl\"): rank ", r, " has no CUDA GPU (",
+    const GpuSlot& slot = layout[static_cast<std::size_t>(r)];
+    TANDEM_CHECK(slot.device >= 0, "create_communicator(\"pure_nccl\"): rank ", r, " has no CUDA GPU (",
                  cuda::device_count() == 0 && r == rank_ ? cuda::unavailable_reason() : "none visible there",
                  "); every rank needs one");
+    TANDEM_CHECK(slot.uuid_status == cudaSuccess, "create_communicator(\"pure_nccl\"): rank ", r,
+                 " cannot read the properties of its cuda:", slot.device, " (cudaGetDeviceProperties: ",
+                 cudaGetErrorString(static_cast<cudaError_t>(slot.uuid_status)), ")");
     for (int q = 0; q < r; ++q) {
-      TANDEM_CHECK(layout[3 * q] != host || layout[3 * q + 1] != device, "create_communicator(\"pure_nccl\"): ranks ",
-                   q, " and ", r, " would share cuda:", device, " on one host (", count,
-                   " GPU(s) there); NCCL needs a GPU of its own for each rank: start at most as many ranks per host "
-                   "as it has GPUs, or use \"naive\", which moves CUDA tensors through host memory");
+      const GpuSlot& other = layout[static_cast<std::size_t>(q)];
+      const bool shared = other.host == slot.host && std::memcmp(other.uuid, slot.uuid, sizeof slot.uuid) == 0;
+      TANDEM_CHECK(!shared, "create_communicator(\"pure_nccl\"): ranks ", q, " and ", r, " would share cuda:",
+                   other.device, " on one host (rank ", q, "'s cuda:", other.device, " and rank ", r, "'s cuda:",
+                   slot.device, " are the same GPU, ", uuid_text(slot.uuid), "; rank ", r, " sees ", slot.count,
+                   " GPU(s)); NCCL needs a GPU of its own for each rank: start at most as many ranks per host as it "
+                   "has GPUs (each may see only its own, through CUDA_VISIBLE_DEVICES), or use \"naive\", which "
+                   "moves CUDA tensors through host memory");
     }
   }
   device_ = Device::cuda(gpu_);
@@ -101,20 +153,44 @@ NcclCommunicator::NcclCommunicator(MPI_Comm owned, std::optional<int> gpu) : Mpi
   TANDEM_CHECK(status == ncclSuccess, "create_communicator(\"pure_nccl\"): ncclGetUniqueId failed on rank 0: ",
                ncclGetErrorString(static_cast<ncclResult_t>(status)));
   check_mpi(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, mpi_comm()), "MPI_Bcast (NCCL id)");
+  // Every rank holds the id before any enters ncclCommInitRank, which blocks (in NCCL's own
+  // bootstrap, making no MPI calls) until all ranks have joined: some MPI stacks progress a
+  // broadcast only inside later MPI calls, so without this barrier the root could block in NCCL
+  // before its broadcast reached a peer, which would then wait for the id forever.
+  check_mpi(MPI_Barrier(mpi_comm()), "MPI_Barrier (before ncclCommInitRank)");
   nccl_ = std::make_unique<Nccl>();
   TANDEM_NCCL_CHECK(ncclCommInitRank(&nccl_->comm, size_, id, rank_));
 }
 
+// Tearing an NCCL communicator down can hang: ncclCommDestroy first finalises it, which flushes
+// the operations queued on it and waits until the communicator is quiescent on every rank
+// (ncclCommFinalize in nccl.h; NCCL's guide calls destruction an intra-node collective), so it
+// never returns when the ranks destroy it at different times, when a peer has exited, or when a
+// send queued on the device has no receiver. Hence:
+// - Normal path: the ranks first meet in this communicator's barrier (over MPI, with its
+//   diagnosis and TANDEM_COMM_TIMEOUT: a peer that has finished, or that is in another
+//   collective, is an error here instead of a hang). Past it, every rank has queued all of its
+//   NCCL calls, each matched by its peers', and is destroying: ncclCommDestroy can complete.
+// - When that cannot be made safe, the NCCL communicator is left alone (leaked): when this
+//   communicator is broken (a collective failed with the peers' halves queued), when an exception
+//   is unwinding the stack (the peers may be anywhere, and an exception that escapes ends the
+//   job: mpi_env.h), when MPI is finalised (no barrier is possible; at exit the CUDA runtime may
+//   be going too), or when the barrier fails. ncclCommAbort is no way out: recent NCCL versions
+//   may make it wait for the node's other ranks too (a maintainer's answer in NVIDIA/nccl issue
+//   863; issues 992 and 1777 report hangs inside it), so it can block in exactly these cases.
+//   The leak holds the communicator's device memory and NCCL's threads until the process ends,
+//   which is what these cases lead to.
+// Errors are never reported: a destructor cannot throw.
 NcclCommunicator::~NcclCommunicator() {
   if (!nccl_ || !nccl_->comm) return;
-  // Errors are ignored: a destructor cannot report them, and at exit the runtime may be gone.
-  if (cudaSetDevice(gpu_) != cudaSuccess) return;
-  if (broken()) {
-    // A collective failed with the peers' halves queued: waiting for them would never end.
-    (void)ncclCommAbort(nccl_->comm);
-  } else {
-    (void)ncclCommDestroy(nccl_->comm);
+  if (broken() || std::uncaught_exceptions() > 0 || !comm_detail::mpi_active()) return;  // leaked (above)
+  try {
+    MpiCommunicator::barrier();
+  } catch (...) {
+    return;  // the ranks did not all arrive: leaked (above)
   }
+  if (cudaSetDevice(gpu_) != cudaSuccess) return;
+  (void)ncclCommDestroy(nccl_->comm);
 }
 
 std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key) {

@@ -23,9 +23,14 @@
 //   "naive", so that their sends return at once (a ring of sends works, as with MPI); ChainerMN's
 //   pure_nccl sends every tensor that way.
 //
-// NCCL needs a GPU of its own for every rank of a communicator: ranks that would share one
-// (more ranks on a host than it has GPUs) are an error on every rank at creation; "naive"
-// serves that case, staging CUDA tensors through host memory.
+// NCCL needs a GPU of its own for every rank of a communicator: ranks that would share one (the
+// same physical GPU, by UUID, on one host: more ranks on a host than it has GPUs) are an error on
+// every rank at creation; "naive" serves that case, staging CUDA tensors through host memory.
+//
+// Destruction is collective too, like creation: the destructor first meets the peers in a
+// barrier and only then destroys the NCCL communicator. Where that cannot be done safely (the
+// communicator is broken, an exception is unwinding, MPI is finalised, the barrier fails), the
+// NCCL communicator is leaked instead of risking a hang (see the destructor).
 //
 // Only under --config=cuda: include it behind `#if TANDEM_WITH_CUDA`.
 #pragma once

@@ -427,6 +427,26 @@ TEST_CASE("gpu: pure_nccl moves CPU tensors with MPI, and a CPU/CUDA mix is an e
   check_same(comm.allreduce(x.to(my_gpu())), naive().allreduce(x), my_gpu());
 }
 
+#if TANDEM_FAKE_DEVICE
+// A failure on one rank before it commits to a collective (here the allocation of its output,
+// out of memory) is that rank's alone: the peers wait for its header, and its next call of the
+// same collective completes on every rank. (Made after the header exchange, the allocation would
+// fail with the peers' device halves queued, which never complete: see run_device_phase in
+// comm/mpi_collectives.cc.) Stand-in only, which fails an allocation on demand.
+TEST_CASE("gpu: an allocation that fails before a collective commits leaves the communicator usable") {
+  if (!nccl_attempt().comm) return;
+  Communicator& comm = *nccl_attempt().comm;
+  const Tensor x = make({1000}, DType::f64, 80 + comm.rank());
+  const Tensor want = naive().allreduce(x);
+  const Tensor on_gpu = x.to(my_gpu());
+  if (comm.rank() == comm.size() - 1) {
+    fake_device::fail_next_allocation_of(on_gpu.nbytes());  // allreduce's output: the same size
+    CHECK_THAT(error_of([&] { comm.allreduce(on_gpu); }), Contains("out of memory"));
+  }
+  check_same(comm.allreduce(on_gpu), want, my_gpu());
+}
+#endif
+
 // ============================================================================================
 // 4. Data parallelism: a model on the GPU
 // ============================================================================================

@@ -29,11 +29,26 @@ namespace fake_device {
 
 using namespace tandem;
 
+// The size of the stand-in's next allocation to fail as a GPU out of memory would (0: none), for
+// tests of failures inside collectives: fail_next_allocation_of(n).
+inline std::size_t& failing_allocation_bytes() {
+  static std::size_t bytes = 0;
+  return bytes;
+}
+inline void fail_next_allocation_of(std::size_t nbytes) { failing_allocation_bytes() = nbytes; }
+
 class HostCudaBackend final : public Backend {
  public:
   DeviceType type() const override { return DeviceType::cuda; }
 
-  void* allocate(std::size_t nbytes, int device) override { return cpu().allocate(nbytes, device); }
+  void* allocate(std::size_t nbytes, int device) override {
+    if (nbytes > 0 && nbytes == failing_allocation_bytes()) {
+      failing_allocation_bytes() = 0;
+      TANDEM_FAIL("allocate: out of memory on cuda:", device, " for ", nbytes,
+                  " bytes (the stand-in's failure on demand)");
+    }
+    return cpu().allocate(nbytes, device);
+  }
   void deallocate(void* ptr, std::size_t nbytes, int device) override { cpu().deallocate(ptr, nbytes, device); }
   void copy_to_host(void* dst, const void* src, std::size_t nbytes, int device) override {
     cpu().copy_to_host(dst, src, nbytes, device);
