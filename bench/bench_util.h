@@ -1,5 +1,6 @@
 // Timing helpers for tandem's benchmarks, printing the line format of ../shared/bench
-// (`name=tandem.<id> key=value ... median_ms=X`), so compare.sh can set them beside LibTorch.
+// (`name=tandem.<id> key=value ... median_ms=X`), so compare.sh can set them beside LibTorch,
+// and the device they run on (BENCH_DEVICE, see Target below).
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,10 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+#include "core/device.h"
+#include "core/error.h"
+#include "cuda/cuda.h"
 
 namespace tandem {
 namespace bench {
@@ -95,6 +100,71 @@ inline std::vector<int> thread_list() {
     }
   }
   if (out.empty()) out = {1, 2};
+  return out;
+}
+
+// ---- the device ------------------------------------------------------------------------------
+
+// BENCH_DEVICE: "cpu" (the default) or "cuda:N" ("cuda" = cuda:0). A CUDA device must exist:
+// without one (no GPU, or a build without --config=cuda) this throws a one-line tandem::Error.
+inline Device device_from_env() {
+  const char* e = std::getenv("BENCH_DEVICE");
+  const std::string name = e && *e ? e : "cpu";
+  if (name == "cpu") return Device::cpu();
+  int index = 0;
+  if (name != "cuda") {
+    const std::string prefix = "cuda:";
+    char* end = nullptr;
+    const long v = name.compare(0, prefix.size(), prefix) == 0 ? std::strtol(name.c_str() + prefix.size(), &end, 10) : -1;
+    TANDEM_CHECK(end != nullptr && *end == '\0' && end != name.c_str() + prefix.size() && v >= 0,
+                 "BENCH_DEVICE=", name, ": expected cpu, cuda or cuda:N");
+    index = static_cast<int>(v);
+  }
+  const std::string what = "BENCH_DEVICE=" + name;
+  cuda::require_device(index, what.c_str());
+  return Device::cuda(index);
+}
+
+// Where a benchmark runs. On the CPU (threads > 0) ids end in ".t<threads>" and the tags say the
+// thread count, as the LibTorch anchors; on a GPU ids end in ".gpu" (".gpu.tf32" when TF32
+// tensor-core math is allowed) and the tags say the device.
+struct Target {
+  Device device = Device::cpu();
+  int threads = 1;
+  bool tf32 = false;
+
+  bool gpu() const { return device.is_cuda(); }
+  std::string id(const std::string& base) const {
+    return base + (gpu() ? (tf32 ? ".gpu.tf32" : ".gpu") : ".t" + std::to_string(threads));
+  }
+  std::string tags() const {
+    return gpu() ? "device=" + device.str() + " tf32=" + (tf32 ? "1" : "0") : threads_tag(threads);
+  }
+  // Timed iterations: the CPU counts of the anchors, or the GPU's (steps take milliseconds there).
+  int iters(int cpu, int gpu_iters) const { return scaled(gpu() ? gpu_iters : cpu); }
+  // Makes the target current: OpenMP threads on the CPU, the TF32 switch on a GPU.
+  void apply() const {
+    if (gpu()) cuda::set_allow_tf32(tf32);
+    else set_threads(threads);
+  }
+  // Returns when the device has finished all queued work (a timed call must end there).
+  void wait() const {
+    if (gpu()) cuda::synchronize(device.index());
+  }
+};
+
+// The targets that BENCH_DEVICE and BENCH_THREADS select: one per thread count on the CPU; on a
+// GPU exact FP32, then TF32 too when BENCH_TF32=1.
+inline std::vector<Target> targets_from_env() {
+  const Device device = device_from_env();
+  std::vector<Target> out;
+  if (device.is_cuda()) {
+    out.push_back(Target{device, 0, false});
+    const char* tf32 = std::getenv("BENCH_TF32");
+    if (tf32 && std::string(tf32) == "1") out.push_back(Target{device, 0, true});
+  } else {
+    for (int threads : thread_list()) out.push_back(Target{device, threads, false});
+  }
   return out;
 }
 

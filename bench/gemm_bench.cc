@@ -16,11 +16,22 @@
 //   OMP_WAIT_POLICY=PASSIVE bazel run -c opt //bench:gemm_bench
 //   BENCH_ONLY=n1024 (or t2, n4096.t2, ...): the ids containing that text.  BENCH_SCALE=0.3: fewer
 //   timed products (never below 3).
+//
+// On a GPU (BENCH_DEVICE=cuda:0, in a --config=cuda build; scripts/bench_gpu.sh sets it beside
+// raw cublasSgemm and torch.mm on the same shapes): gemm.n{1024,4096,8192}.gpu in exact FP32 and
+// gemm.n{1024,4096,8192}.gpu.tf32 with TF32 tensor-core math allowed (cuda::set_allow_tf32).
+// A and B are the same matrices, copied to the device once. A timed sample is `per_sample`
+// back-to-back products followed by a synchronize (the launch latency of one call would dominate
+// a single n = 1024 product); the times printed are per product. tflops = 2 n^3 / median.
+// relerr as above on C copied back (CHECK=FAIL above 1e-4, or 5e-3 for TF32, whose inputs keep
+// 10 mantissa bits: about 5e-4 relative per term). mallocs_per_call= counts cudaMallocs of the
+// caching allocator during the timed products (0 when it recycles the output's block).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <sys/resource.h>
 #include <string>
@@ -28,6 +39,7 @@
 
 #include "bench/bench_util.h"
 #include "core/ops.h"
+#include "cuda/cuda.h"
 
 using namespace tandem;
 
@@ -111,12 +123,75 @@ bool run(int n, int threads, int warmup, int iters) {
   return err <= 1e-4;
 }
 
+// The GPU product: `reps` products per timed sample, then a synchronize. Returns false when the
+// check failed.
+bool run_gpu(int n, const bench::Target& t, int warmup, int iters, int reps) {
+  const std::string id = t.id("gemm.n" + std::to_string(n));
+  if (!selected(id)) return true;
+  t.apply();
+  std::vector<float> a(std::size_t(n) * n), b(std::size_t(n) * n);
+  fill(a, 1);
+  fill(b, 2);
+  const Tensor A = from_vector(a, {n, n}).to(t.device), B = from_vector(b, {n, n}).to(t.device);
+  Tensor C;
+  const int index = t.device.index();
+  std::size_t mallocs = 0;  // in the timed samples only
+  int calls = 0;
+  bench::Stats s = bench::measure(warmup, iters, [&] {
+    const std::size_t m0 = cuda::memory_stats(index).raw_allocations;
+    for (int r = 0; r < reps; ++r) C = matmul(A, B);
+    t.wait();
+    if (++calls > warmup) mallocs += cuda::memory_stats(index).raw_allocations - m0;
+  });
+  s.median_ms /= reps;
+  s.min_ms /= reps;
+  s.max_ms /= reps;
+  const std::vector<float> c = C.to_vector<float>();
+  const double err = max_rel_err(a.data(), b.data(), c.data(), n);
+  const double limit = t.tf32 ? 5e-3 : 1e-4;
+  const double flops = 2.0 * double(n) * n * n;
+  const double tflops = flops / (s.median_ms * 1e-3) / 1e12, tflops_best = flops / (s.min_ms * 1e-3) / 1e12;
+  bench::print_stats(id, t.tags() + " n=" + std::to_string(n) + " per_sample=" + std::to_string(reps), s);
+  std::printf(" gflops=%.0f tflops=%.2f tflops_best=%.2f relerr=%.1e mallocs_per_call=%.2f%s\n", tflops * 1e3, tflops,
+              tflops_best, err, double(mallocs) / (double(iters) * reps), err > limit ? " CHECK=FAIL" : "");
+  std::fflush(stdout);
+  return err <= limit;
+}
+
+bool run_all_gpu(const Device& device) {
+  bool ok = true;
+  for (bool tf32 : {false, true}) {
+    const bench::Target t{device, 0, tf32};
+    ok &= run_gpu(1024, t, 5, bench::scaled(30), 20);
+    ok &= run_gpu(4096, t, 3, bench::scaled(20), 2);
+    ok &= run_gpu(8192, t, 2, bench::scaled(10), 1);
+  }
+  cuda::set_allow_tf32(false);
+  return ok;
+}
+
 }  // namespace
 
 int main() {
+  Device device;
+  try {
+    device = bench::device_from_env();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    return 1;
+  }
   // Start-up is over: ../shared/bench/runq restarts its noise window here.
   std::printf("# start\n");
   std::fflush(stdout);
+  if (device.is_cuda()) {
+    try {
+      return run_all_gpu(device) ? 0 : 1;
+    } catch (const std::exception& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+      return 1;
+    }
+  }
   bool ok = true;
   ok &= run(1024, 1, 3, bench::scaled(15));
   ok &= run(1024, 2, 3, bench::scaled(20));

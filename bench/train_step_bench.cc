@@ -12,8 +12,17 @@
 //
 //   OMP_WAIT_POLICY=PASSIVE bazel run //bench:train_step_bench
 //   BENCH_ONLY=mlp BENCH_THREADS=1 bazel run //bench:train_step_bench
+//
+// On a GPU (BENCH_DEVICE=cuda:0, in a --config=cuda build; scripts/bench_gpu.sh runs it beside raw
+// cuBLAS/cuDNN and PyTorch) the same workloads run there: the model is moved with Link::to, the
+// batches are copied to the device once before timing, and every timed call ends with the device
+// idle (a training step reads its loss back with item(), which waits; inference synchronizes).
+// The ids end in .gpu instead of .t<threads> (mlp.train.sgd.gpu, ...), more iterations are
+// timed, exact FP32; BENCH_TF32=1 adds the same with TF32 allowed (ids .gpu.tf32).
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 
 #include "autograd/functions.h"
@@ -48,44 +57,48 @@ class MLP : public Chain {
   std::shared_ptr<Linear> l1_, l2_, l3_;
 };
 
-void mlp_benchmarks(int threads) {
+void mlp_benchmarks(const bench::Target& t) {
   const int B = 100, IN = 784, U = 1000, OUT = 10, NB = 20;
   const double forward_flops = 2.0 * B * (double(IN) * U + double(U) * U + double(U) * OUT);
   Generator gen(0);
   std::vector<Variable> xs, ts;
   for (int i = 0; i < NB; ++i) {
-    xs.emplace_back(rand_uniform({B, IN}, gen));
+    xs.emplace_back(rand_uniform({B, IN}, gen).to(t.device));
     std::vector<std::int64_t> labels(B);
     for (auto& l : labels) l = static_cast<std::int64_t>(gen.next() % OUT);
-    ts.emplace_back(from_vector(labels, {B}));
+    ts.emplace_back(from_vector(labels, {B}).to(t.device));
   }
   for (const char* name : {"sgd", "adam"}) {
     manual_seed(0);
     auto model = std::make_shared<MLP>(IN, U, OUT);
+    model->to(t.device);
     std::shared_ptr<Optimizer> optimizer;
     if (std::strcmp(name, "sgd") == 0) optimizer = std::make_shared<SGD>(0.01);
     else optimizer = std::make_shared<Adam>(1e-3);
     optimizer->setup(model);
     int it = 0;
     double loss = 0;
-    const bench::Stats s = bench::measure(10, bench::scaled(60), [&] {
+    const bench::Stats s = bench::measure(t.gpu() ? 20 : 10, t.iters(60, 200), [&] {
       const int i = it++ % NB;
       Variable step_loss;
       optimizer->update([&] { return step_loss = F::softmax_cross_entropy((*model)(xs[i]), ts[i]); });
       loss = step_loss.data().item();  // the anchors read the loss back every step too
     });
-    bench::print_stats(std::string("mlp.train.") + name + ".t" + std::to_string(threads),
-                       bench::threads_tag(threads) + " batch=100", s);
+    bench::print_stats(t.id(std::string("mlp.train.") + name), t.tags() + " batch=100", s);
     std::printf(" gflops=%.1f samples_per_s=%.0f loss=%.3f\n", 3 * forward_flops / (s.median_ms * 1e6),
                 B / (s.median_ms * 1e-3), loss);
     std::fflush(stdout);
   }
   manual_seed(0);
   MLP model(IN, U, OUT);
+  model.to(t.device);
   NoGradGuard no_grad;
   int it = 0;
-  const bench::Stats s = bench::measure(10, bench::scaled(100), [&] { model(xs[it++ % NB]); });
-  bench::print_stats("mlp.infer.t" + std::to_string(threads), bench::threads_tag(threads) + " batch=100", s);
+  const bench::Stats s = bench::measure(t.gpu() ? 20 : 10, t.iters(100, 300), [&] {
+    model(xs[it++ % NB]);
+    t.wait();
+  });
+  bench::print_stats(t.id("mlp.infer"), t.tags() + " batch=100", s);
   std::printf(" gflops=%.1f samples_per_s=%.0f\n", forward_flops / (s.median_ms * 1e6), B / (s.median_ms * 1e-3));
   std::fflush(stdout);
 }
@@ -111,7 +124,7 @@ class SmallVGG : public Chain {
   std::shared_ptr<Linear> fc_;
 };
 
-void conv_benchmarks(int threads) {
+void conv_benchmarks(const bench::Target& t) {
   const int B = 64, NB = 4;
   auto conv_flops = [](double cin, double cout, double hw) { return 2.0 * B * cin * cout * 9 * hw * hw; };
   const double forward_flops = conv_flops(1, 64, 28) + conv_flops(64, 64, 28) + conv_flops(64, 128, 14) +
@@ -119,31 +132,35 @@ void conv_benchmarks(int threads) {
   Generator gen(0);
   std::vector<Variable> xs, ts;
   for (int i = 0; i < NB; ++i) {
-    xs.emplace_back(rand_uniform({B, 1, 28, 28}, gen));
+    xs.emplace_back(rand_uniform({B, 1, 28, 28}, gen).to(t.device));
     std::vector<std::int64_t> labels(B);
     for (auto& l : labels) l = static_cast<std::int64_t>(gen.next() % 10);
-    ts.emplace_back(from_vector(labels, {B}));
+    ts.emplace_back(from_vector(labels, {B}).to(t.device));
   }
-  const std::string tags = bench::threads_tag(threads) + " batch=64";
+  const std::string tags = t.tags() + " batch=64";
   manual_seed(0);
   auto model = std::make_shared<SmallVGG>();
+  model->to(t.device);
   MomentumSGD sgd(0.01, 0.9);
   sgd.setup(model);
   int it = 0;
   double loss = 0;
-  const bench::Stats s = bench::measure(2, bench::scaled(threads == 1 ? 4 : 6), [&] {
+  const bench::Stats s = bench::measure(t.gpu() ? 5 : 2, t.iters(t.threads == 1 ? 4 : 6, 50), [&] {
     const int i = it++ % NB;
     Variable l;
     sgd.update([&] { return l = F::softmax_cross_entropy((*model)(xs[i]), ts[i]); });
     loss = l.data().item();
   });
-  bench::print_stats("conv.train.sgd.t" + std::to_string(threads), tags, s);
+  bench::print_stats(t.id("conv.train.sgd"), tags, s);
   std::printf(" gflops=%.1f samples_per_s=%.0f loss=%.3f\n", 3 * forward_flops / (s.median_ms * 1e6),
               B / (s.median_ms * 1e-3), loss);
   NoGradGuard no_grad;
   TrainModeGuard test_mode(false);
-  const bench::Stats si = bench::measure(2, bench::scaled(threads == 1 ? 5 : 8), [&] { (*model)(xs[it++ % NB]); });
-  bench::print_stats("conv.infer.t" + std::to_string(threads), tags, si);
+  const bench::Stats si = bench::measure(t.gpu() ? 5 : 2, t.iters(t.threads == 1 ? 5 : 8, 100), [&] {
+    (*model)(xs[it++ % NB]);
+    t.wait();
+  });
+  bench::print_stats(t.id("conv.infer"), tags, si);
   std::printf(" gflops=%.1f samples_per_s=%.0f\n", forward_flops / (si.median_ms * 1e6), B / (si.median_ms * 1e-3));
   std::fflush(stdout);
 }
@@ -198,14 +215,13 @@ class Seq2Seq : public Chain {
   std::shared_ptr<Linear> out_;
 };
 
-void report_tokens(const std::string& id, int threads, const bench::Stats& s, double tokens, double loss) {
-  bench::print_stats(id + ".t" + std::to_string(threads),
-                     bench::threads_tag(threads) + " batch=64 seqlen=25 hidden=256 layers=2 vocab=1000", s);
+void report_tokens(const std::string& id, const bench::Target& t, const bench::Stats& s, double tokens, double loss) {
+  bench::print_stats(t.id(id), t.tags() + " batch=64 seqlen=25 hidden=256 layers=2 vocab=1000", s);
   std::printf(" tokens=%.0f tokens_per_s=%.0f loss=%.3f\n", tokens, tokens / (s.median_ms * 1e-3), loss);
   std::fflush(stdout);
 }
 
-void lstm_benchmarks(int threads) {
+void lstm_benchmarks(const bench::Target& t) {
   Generator gen(0);
   auto tokens = [&](std::int64_t n) {
     std::vector<std::int64_t> ids(n);
@@ -233,54 +249,68 @@ void lstm_benchmarks(int threads) {
     targets.push_back(concat(ys, 0));
     packed_targets.push_back(concat(packed_ys, 0));
   }
+  // On a GPU every batch lives there before timing (the packed sequences become copies of their own).
+  for (auto* batches : {&inputs, &sources, &packed})
+    for (auto& batch : *batches)
+      for (auto& sequence : batch) sequence = sequence.to(t.device);
+  for (auto* all : {&targets, &packed_targets})
+    for (auto& target : *all) target = target.to(t.device);
   {
     manual_seed(0);
     auto model = std::make_shared<LanguageModel>();
+    model->to(t.device);
     Adam adam(1e-3);
     adam.setup(model);
     int it = 0;
     double loss = 0;
-    bench::Stats s = bench::measure(2, bench::scaled(threads == 1 ? 6 : 10), [&] {
+    bench::Stats s = bench::measure(t.gpu() ? 5 : 2, t.iters(t.threads == 1 ? 6 : 10, 30), [&] {
       const int b = it++ % kBatches;
       Variable l;
       adam.update([&] { return l = model->loss(inputs[b], targets[b]); });
       loss = l.data().item();
     });
-    report_tokens("lstm.fixed.train.adam", threads, s, kLength * kBatch, loss);
+    report_tokens("lstm.fixed.train.adam", t, s, kLength * kBatch, loss);
     it = 0;
-    s = bench::measure(2, bench::scaled(threads == 1 ? 6 : 10), [&] {
+    s = bench::measure(t.gpu() ? 5 : 2, t.iters(t.threads == 1 ? 6 : 10, 30), [&] {
       const int b = it++ % kBatches;
       Variable l;
       adam.update([&] { return l = model->loss(packed[b], packed_targets[b]); });
       loss = l.data().item();
     });
-    report_tokens("lstm.packed.train.adam", threads, s, packed_tokens, loss);
+    report_tokens("lstm.packed.train.adam", t, s, packed_tokens, loss);
   }
   {
     manual_seed(0);
     auto model = std::make_shared<Seq2Seq>();
+    model->to(t.device);
     Adam adam(1e-3);
     adam.setup(model);
     int it = 0;
     double loss = 0;
-    const bench::Stats s = bench::measure(2, bench::scaled(threads == 1 ? 4 : 6), [&] {
+    const bench::Stats s = bench::measure(t.gpu() ? 5 : 2, t.iters(t.threads == 1 ? 4 : 6, 20), [&] {
       const int b = it++ % kBatches;
       Variable l;
       adam.update([&] { return l = model->loss(sources[b], inputs[b], targets[b]); });
       loss = l.data().item();
     });
-    report_tokens("seq2seq.train.adam", threads, s, kLength * kBatch, loss);
+    report_tokens("seq2seq.train.adam", t, s, kLength * kBatch, loss);
   }
 }
 
 }  // namespace
 
 int main() {
-  for (int threads : bench::thread_list()) {
-    bench::set_threads(threads);
-    if (selected("mlp")) mlp_benchmarks(threads);
-    if (selected("conv")) conv_benchmarks(threads);
-    if (selected("lstm")) lstm_benchmarks(threads);
+  try {
+    for (const bench::Target& t : bench::targets_from_env()) {
+      t.apply();
+      if (selected("mlp")) mlp_benchmarks(t);
+      if (selected("conv")) conv_benchmarks(t);
+      if (selected("lstm")) lstm_benchmarks(t);
+    }
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 1;
   }
   return 0;
 }
