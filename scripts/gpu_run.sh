@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# Runs what scripts/gpu_stage.sh staged, on a GPU machine without Bazel, MPICH, OpenBLAS or
+# Catch2 (the device tool's machines), from the repository root:
+#
+#   bash scripts/gpu_run.sh [--tests-only | --bench-only] [STAGE]
+#
+# STAGE: the archive or the folder gpu_stage.sh made (default .cache/gpu_stage.tar.xz when it
+# exists, else .cache/gpu_stage). Through the device tool:
+#   command: bash scripts/gpu_run.sh       carry: [".cache/gpu_stage.tar.xz"]
+#
+# 1. Unpacks the archive (into /tmp), puts the staged libraries, then CUDA's (/usr/local/cuda/lib64,
+#    the NVIDIA wheels beside PyTorch: python3's site-packages/nvidia/*/lib) on LD_LIBRARY_PATH,
+#    and checks with ldd that every staged binary finds all it needs.
+# 2. Prints the GPU (nvidia-smi), then runs every staged test (tests.tsv): the GPU tests, the host
+#    tests of tests/cuda, the multi-rank tests with the staged mpiexec.hydra on 1 and 2 ranks;
+#    GPU_TEST_JOBS (default 4) at a time. One line per test: PASSED, SKIPPED (no GPU: the test
+#    says so and succeeds; FAILED instead when nvidia-smi lists a GPU), FAILED or TIMEOUT; then
+#    the tail of each failure's output and a summary line.
+# 3. Runs the benchmarks with what time is left (scripts/bench_gpu.sh: tandem, raw cuBLAS/cuDNN,
+#    PyTorch; its table).
+# Everything stays within GPU_RUN_BUDGET seconds (default 570: the device tool's 10-minute limit).
+#
+# Files, in $OUT when it is set, else /tmp/tandem-gpu-run/<date>: gpu_run.log (all printed),
+# tests.log (every test's full output), raw.txt and table.md (the benchmarks).
+# Environment: GPU_RUN_BUDGET, GPU_TEST_JOBS, GPU_TEST_TIMEOUT (seconds per test, default 300),
+# GPU_TEST_FILTER (extended regex on the test labels), TANDEM_COMM_TIMEOUT (default 60),
+# GPU_RUN_KEEP=1 (keep the unpacked stage in /tmp), and bench_gpu.sh's BENCH_ONLY, BENCH_SCALE,
+# BENCH_TF32, BENCH_TIMEOUT.
+# Exit status: 0 when every test passed or skipped and every benchmark ran.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+
+MODE=all
+SRC=""
+while (($#)); do
+  case $1 in
+    --tests-only) MODE=tests ;;
+    --bench-only) MODE=bench ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu_run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) SRC=$1 ;;
+  esac
+  shift
+done
+
+START_EPOCH=$(date +%s)
+BUDGET=${GPU_RUN_BUDGET:-570}
+DEADLINE=$((START_EPOCH + BUDGET))
+JOBS=${GPU_TEST_JOBS:-4}
+TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-300}
+RES=${OUT:-/tmp/tandem-gpu-run/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$RES" || exit 1
+
+now() { date +%s; }
+elapsed() { echo "$(($(now) - START_EPOCH))s"; }
+
+main() {
+  local status=0
+
+  # --- the staged files --------------------------------------------------------------------------
+  if [[ -z "$SRC" ]]; then
+    if [[ -f .cache/gpu_stage.tar.xz ]]; then SRC=.cache/gpu_stage.tar.xz; else SRC=.cache/gpu_stage; fi
+  fi
+  if [[ -f "$SRC" ]]; then
+    local tmp
+    tmp=$(mktemp -d /tmp/tandem_gpu_stage.XXXXXX) || return 1
+    # shellcheck disable=SC2064  # $tmp now
+    [[ "${GPU_RUN_KEEP:-0}" == 1 ]] || trap "rm -rf '$tmp'" EXIT  # main runs in a subshell
+    if command -v xz > /dev/null; then
+      tar -C "$tmp" -xJf "$SRC" || { echo "gpu_run.sh: cannot unpack $SRC"; return 1; }
+    else  # no xz program: Python's lzma
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$SRC" "$tmp" ||
+        { echo "gpu_run.sh: cannot unpack $SRC (no xz, and python3 failed)"; return 1; }
+    fi
+    STAGE=$tmp/gpu_stage
+    echo "# unpacked $SRC ($(du -h "$SRC" | cut -f1)) into $STAGE ($(du -sh "$STAGE" | cut -f1)) in $(elapsed)"
+  elif [[ -d "$SRC" ]]; then
+    STAGE=$(cd "$SRC" && pwd)
+  else
+    echo "gpu_run.sh: no $SRC: run scripts/gpu_stage.sh on a machine with Bazel, and carry its archive"
+    return 1
+  fi
+  [[ -f "$STAGE/tests.tsv" ]] || { echo "gpu_run.sh: $STAGE has no tests.tsv"; return 1; }
+  echo "# $(head -1 "$STAGE/STAMP")"
+  sed -n '2,$p' "$STAGE/STAMP" | sed 's/^/# /'
+  echo "# this machine: $(uname -m), $(ldd --version 2>&1 | head -1), $(nproc) cores," \
+       "avx2=$(grep -qw avx2 /proc/cpuinfo && echo yes || echo NO) avx512f=$(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
+
+  # --- libraries -----------------------------------------------------------------------------------
+  local dirs=("$STAGE/lib") d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [[ -d "$d" ]] && dirs+=("$d")
+  done
+  # The NVIDIA wheels beside PyTorch (cuDNN, NCCL, cuBLAS, ...): nvidia/<name>/lib, nvidia/cu13/lib.
+  while read -r d; do [[ -n "$d" ]] && dirs+=("$d"); done < <(python3 - 2> /dev/null << 'EOF'
+import os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+for base in list(nvidia.__path__):
+    for sub in sorted(os.listdir(base)):
+        lib = os.path.join(base, sub, "lib")
+        if os.path.isdir(lib):
+            print(lib)
+EOF
+  )
+  for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do [[ -d "$d" ]] && dirs+=("$d"); done
+  export BENCH_PYTHON_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}  # for PyTorch (bench_gpu.sh)
+  # The staged copies of common libraries (libgomp, zlib) only where this machine has none.
+  local so ldconfig
+  ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+  for so in libgomp.so.1 libz.so.1; do
+    if [[ -e "$STAGE/lib/$so" ]] && "$ldconfig" -p 2> /dev/null | grep -q "^[[:space:]]*$so "; then
+      mkdir -p "$STAGE/lib.unused" && mv "$STAGE/lib/$so" "$STAGE/lib.unused/"
+    fi
+  done
+  LD_LIBRARY_PATH="$(IFS=:; echo "${dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
+  echo "# LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  # UCX (MPICH's transport) loads its modules from <dir of libucs>/ucx; say so in case it does not.
+  [[ -d "$STAGE/lib/ucx" ]] && export UCX_MODULE_DIR="$STAGE/lib/ucx"
+  # hwloc's plugins (PCI topology) are not staged; MPICH on one host needs none.
+  export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--pci}
+  local missing
+  missing=$(find "$STAGE/bin" "$STAGE/mpi" "$STAGE/lib" -type f ! -name '*.txt' -exec ldd {} + 2> /dev/null |
+            awk '/not found/ { print $1 }' | sort -u | paste -sd' ')
+  if [[ -n "$missing" ]]; then
+    echo "# WARNING: libraries not found: $missing (the binaries that need them will fail)"
+    status=1
+  fi
+  local probe
+  probe=$(awk -F'\t' '$1 == "gpu" { print $3; exit }' "$STAGE/tests.tsv")
+  [[ -n "$probe" ]] &&
+    echo "# CUDA libraries: $(ldd "$STAGE/$probe" 2> /dev/null | awk '$1 ~ /^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl)\.so/ { print $1 "=" $3 }' | paste -sd' ')"
+
+  # With a GPU listed, a GPU test that skips itself (no device: a driver or library problem)
+  # counts as failed.
+  GPU_PRESENT=0
+  if command -v nvidia-smi > /dev/null && nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then GPU_PRESENT=1; fi
+  if command -v nvidia-smi > /dev/null; then
+    echo "# GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,temperature.gpu,clocks.max.sm \
+                    --format=csv,noheader 2>&1 | paste -sd';')"
+  else
+    echo "# GPU: no nvidia-smi on this machine"
+  fi
+
+  if [[ $MODE != bench ]]; then run_tests || status=1; fi
+  if [[ $MODE != tests ]]; then run_bench || status=1; fi
+  echo "# gpu_run.sh: exit $status after $(elapsed); files in $RES"
+  return $status
+}
+
+# --- tests ---------------------------------------------------------------------------------------
+
+# run_test INDEX KIND LABEL BINARY RANKS TIMEOUT: runs one test into $LOGS/INDEX.{out,status}.
+run_test() {
+  local i=$1 kind=$2 label=$3 binary=$STAGE/$4 ranks=$5 timeout=$6 start rc r verdict out=$LOGS/$1.out
+  start=$(now)
+  if ((ranks == 0)); then
+    timeout -k 10 "$timeout" "$binary" > "$out" 2>&1
+    rc=$?
+  else
+    # As tests/comm/run_mpi.sh, with the staged launcher: each rank's output in its own file,
+    # printed in rank order afterwards.
+    local ranks_dir=$LOGS/$i.ranks
+    mkdir -p "$ranks_dir"
+    # shellcheck disable=SC2016  # $0, $@ and $PMI_RANK: for each rank's shell
+    timeout --signal=KILL "$timeout" "$STAGE/mpi/mpiexec.hydra" -launcher fork -n "$ranks" \
+      /bin/sh -c 'exec "$0" "$@" > "'"$ranks_dir"'/rank.$PMI_RANK.log" 2>&1' "$binary" > "$out" 2>&1
+    rc=$?
+    for ((r = 0; r < ranks; ++r)); do
+      echo "=================== rank $r ==================="
+      cat "$ranks_dir/rank.$r.log" 2> /dev/null || echo "(no output)"
+    done >> "$out"
+  fi
+  if ((rc == 124 || rc == 137)); then
+    verdict=TIMEOUT
+  elif ((rc != 0)); then
+    verdict=FAILED
+  elif grep -q '^SKIPPED: ' "$out"; then
+    verdict=SKIPPED
+    ((GPU_PRESENT)) && verdict=FAILED
+  else
+    verdict=PASSED
+  fi
+  local what="" label_ranks=""
+  ((ranks == 1)) && label_ranks=" (1 rank)"
+  ((ranks > 1)) && label_ranks=" ($ranks ranks)"
+  if grep -q '^SKIPPED: ' "$out"; then
+    what=": $(grep -m1 '^SKIPPED: ' "$out" | sed 's/^SKIPPED: //')"
+    [[ $verdict == FAILED ]] && what=" (skipped although nvidia-smi lists a GPU)$what"
+  elif [[ $verdict == FAILED ]]; then
+    what=" (exit $rc)"
+  fi
+  [[ $verdict == TIMEOUT ]] && what=" (killed after ${timeout}s)"
+  echo "$verdict $(($(now) - start))s" > "$LOGS/$i.status"
+  printf '%-8s %-48s %4ss%s\n' "$verdict" "$label$label_ranks" "$(($(now) - start))" "$what"
+}
+
+run_tests() {
+  LOGS=$(mktemp -d /tmp/tandem_gpu_logs.XXXXXX)
+  local -a kinds labels binaries ranks
+  local kind label binary n
+  while IFS=$'\t' read -r kind label binary n; do
+    [[ -z "$label" ]] && continue
+    if [[ -n "${GPU_TEST_FILTER:-}" ]] && ! [[ "$label" =~ $GPU_TEST_FILTER ]]; then continue; fi
+    kinds+=("$kind"); labels+=("$label"); binaries+=("$binary"); ranks+=("$n")
+  done < "$STAGE/tests.tsv"
+  local total=${#labels[@]} cores threads
+  cores=$(nproc)
+  threads=$((cores / JOBS))
+  ((threads < 1)) && threads=1
+  echo
+  echo "# ---- tests: $total runs, $JOBS at a time (OMP_NUM_THREADS=$threads each), at most ${TEST_TIMEOUT}s each ----"
+  export OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+  export TANDEM_COMM_TIMEOUT=${TANDEM_COMM_TIMEOUT:-60}
+  [[ -d "$STAGE/data/fashion-mnist" ]] && export TANDEM_MNIST_DIR="$STAGE/data/fashion-mnist"
+  # Tests must leave the benchmarks 60 s at least.
+  local tests_deadline=$((DEADLINE - 60)) i t left
+  for ((i = 0; i < total; ++i)); do
+    while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
+    left=$((tests_deadline - $(now)))
+    t=$TEST_TIMEOUT
+    ((left < t)) && t=$left
+    if ((t < 10)); then
+      echo "NOTRUN $i ${labels[i]}: no time left" > "$LOGS/$i.out"
+      echo "NOTRUN 0s" > "$LOGS/$i.status"
+      printf '%-8s %s (no time left)\n' NOTRUN "${labels[i]}"
+      continue
+    fi
+    run_test "$i" "${kinds[i]}" "${labels[i]}" "${binaries[i]}" "${ranks[i]}" "$t" &
+  done
+  wait
+
+  # Full outputs into tests.log; the tails of the failures here.
+  local passed=0 skipped=0 failed=0 verdict secs failures=()
+  : > "$RES/tests.log"
+  for ((i = 0; i < total; ++i)); do
+    read -r verdict secs < "$LOGS/$i.status" 2> /dev/null || verdict=LOST
+    {
+      echo "=================== ${labels[i]}$( ((ranks[i] > 0)) && echo " on ${ranks[i]} MPI rank(s)"):" \
+           "$verdict ${secs:-} ==================="
+      if (($(wc -l < "$LOGS/$i.out") > 5000)); then
+        echo "(first 1000 and last 3000 of $(wc -l < "$LOGS/$i.out") lines)"
+        head -1000 "$LOGS/$i.out"; echo "[...]"; tail -3000 "$LOGS/$i.out"
+      else
+        cat "$LOGS/$i.out"
+      fi
+    } >> "$RES/tests.log"
+    case $verdict in
+      PASSED) ((++passed)) ;;
+      SKIPPED) ((++skipped)) ;;
+      *) ((++failed)); failures+=("$i") ;;
+    esac
+  done
+  for i in "${failures[@]}"; do
+    echo
+    echo "# ---- ${labels[i]}: last 40 lines of its output ----"
+    tail -40 "$LOGS/$i.out"
+  done
+  echo
+  echo "# tests: $passed passed, $skipped skipped, $failed failed of $total ($(elapsed) so far); full output in $RES/tests.log"
+  rm -rf "$LOGS"
+  ((failed == 0))
+}
+
+# --- benchmarks ----------------------------------------------------------------------------------
+
+run_bench() {
+  local left=$((DEADLINE - $(now)))
+  echo
+  if ((left < 45)); then
+    echo "# ---- benchmarks: not run, ${left}s left of GPU_RUN_BUDGET=$BUDGET ----"
+    return 1
+  fi
+  echo "# ---- benchmarks: scripts/bench_gpu.sh with the staged binaries, ${left}s left ----"
+  # bench_gpu.sh shares what is left among its benchmarks (BENCH_DEADLINE) and writes raw.txt
+  # and table.md into $OUT.
+  OMP_NUM_THREADS=$(nproc) OUT=$RES BENCH_BIN="$STAGE/bin" BENCH_DEADLINE=$((DEADLINE - 5)) \
+    bash "$ROOT/scripts/bench_gpu.sh"
+}
+
+main 2>&1 | tee -a "$RES/gpu_run.log"
+exit "${PIPESTATUS[0]}"
