@@ -60,7 +60,7 @@ struct Packed {
 std::vector<Tensor> on_host(const std::vector<Tensor>& xs) {
   std::vector<Tensor> hosts;
   hosts.reserve(xs.size());
-  for (const Tensor& x : xs) hosts.push_back(x.to(Device::cpu()));
+  for (const Tensor& x : xs) hosts.push_back(comm_detail::host_for_mpi(x));
   return hosts;
 }
 
@@ -285,7 +285,8 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     });
     return is_root ? x : buffer.to(landing(from_root));
   }
-  Tensor y = is_root ? x.to(Device::cpu()) : Tensor(from_root.shape, from_root.dtype);
+  Tensor y = is_root ? comm_detail::host_for_mpi(x)
+                      : comm_detail::host_buffer(from_root.shape, from_root.dtype, landing(from_root));
   char* bytes = static_cast<char*>(y.raw_data());
   std::vector<MPI_Request> requests;
   for (std::size_t offset = 0; offset < y.nbytes(); offset += kChunkBytes) {
@@ -325,7 +326,7 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
     if (!is_root) return {};
     return split_flat(flat.to(x.device()), shapes);
   }
-  const Tensor send = x.to(Device::cpu());
+  const Tensor send = comm_detail::host_for_mpi(x);
   const int send_count = checked_int(send.nbytes(), "gather");
   std::vector<MPI_Request> requests(1);
   if (!is_root) {
@@ -397,7 +398,7 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
     finish_collective(requests, "scatter", {flat.owner});
     return xs[root];
   }
-  Tensor y(mine.shape, mine.dtype);
+  Tensor y = comm_detail::host_buffer(mine.shape, mine.dtype, landing(mine));
   std::vector<MPI_Request> requests(1);
   check_mpi(MPI_Iscatterv(nullptr, nullptr, nullptr, MPI_BYTE, y.raw_data(), checked_int(y.nbytes(), "scatter"),
                           MPI_BYTE, root, comm_, &requests[0]),
@@ -437,7 +438,7 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
     total += all[r].payload_bytes;
   }
   checked_int(total, "allgather");
-  const Tensor send = x.to(Device::cpu());
+  const Tensor send = comm_detail::host_for_mpi(x);
   Tensor flat({numel}, x.dtype());
   std::vector<MPI_Request> requests(1);
   if (equal) {
@@ -546,7 +547,7 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
       device_y = device_y.dtype() == DType::f32 ? mul(device_y, 1.0 / size_) : div(device_y, double(size_));
     return device_y.to(x.device());
   }
-  const Tensor send = x.to(Device::cpu());
+  const Tensor send = comm_detail::host_for_mpi(x);
   Tensor y(x.shape(), x.dtype());
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;
@@ -583,7 +584,7 @@ Tensor MpiCommunicator::reduce(const Tensor& x, int root) {
     });
     return is_root ? device_y.to(x.device()) : Tensor();
   }
-  const Tensor send = x.to(Device::cpu());
+  const Tensor send = comm_detail::host_for_mpi(x);
   Tensor y = is_root ? Tensor(x.shape(), x.dtype()) : Tensor();
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;

@@ -206,6 +206,16 @@ class MpiCommunicator : public Communicator {
   std::vector<Orphan> orphans_;
 };
 
+namespace comm_detail {
+// A tensor's bytes in host memory, for MPI: the tensor itself on the CPU, else a copy in pinned
+// memory (the GPU writes it by DMA, without the driver's staging through its own buffer).
+inline Tensor host_for_mpi(const Tensor& x) { return x.device().is_cpu() ? x : x.pin_memory(); }
+// A host buffer for bytes that go on to `bound_for`: pinned when that is a GPU.
+inline Tensor host_buffer(const Shape& shape, DType dtype, const Device& bound_for) {
+  return bound_for.is_cpu() ? Tensor(shape, dtype) : empty_pinned(shape, dtype);
+}
+}  // namespace comm_detail
+
 // A communicator over an existing MPI communicator (a duplicate of it; collective over comm).
 // name: "naive" or "pure_nccl" (communicator.h).
 CommunicatorPtr create_communicator(const std::string& name, MPI_Comm comm);

@@ -127,7 +127,7 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
     return;
   }
   // MPI reads host memory: a CUDA tensor is copied there first (waiting for its kernels).
-  const Tensor host = x.to(Device::cpu());
+  const Tensor host = comm_detail::host_for_mpi(x);
   send_bytes(header, host.raw_data(), host.storage(), dest, tag, operation);
 }
 
@@ -169,7 +169,7 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
     received.tensor = Tensor(header.shape, header.dtype, transport_device());
     device_recv(received.tensor, source);
   } else {
-    received.tensor = Tensor(header.shape, header.dtype);
+    received.tensor = comm_detail::host_buffer(header.shape, header.dtype, landing(header));
     receive_payload(incoming, received.tensor.raw_data(), received.tensor.storage(), source, tag, context);
   }
   if (!problem.empty()) {

@@ -11,9 +11,22 @@ namespace tandem {
 
 class Backend;
 
+// Page-locked ("pinned") host memory, which a GPU reads and writes by DMA without staging.
+// The CUDA backend registers its caching pinned allocator (cuda/device_context.h) when it is
+// linked; allocate returns nullptr when it cannot serve (no GPU on this machine).
+struct PinnedHostAllocator {
+  void* (*allocate)(std::size_t nbytes) = nullptr;
+  void (*deallocate)(void* ptr) noexcept = nullptr;
+};
+void register_pinned_host_allocator(const PinnedHostAllocator& allocator);
+
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device);
+  // Host memory, page-locked when a pinned allocator is registered and can serve it, else
+  // ordinary (pinned() tells which).
+  struct PinnedHost {};
+  Storage(std::size_t nbytes, PinnedHost);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -22,12 +35,14 @@ class Storage {
   const void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
  private:
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   Device device_;
   Backend* backend_ = nullptr;
+  bool pinned_ = false;
 };
 
 }  // namespace tandem

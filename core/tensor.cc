@@ -26,6 +26,27 @@ Tensor::Tensor(const Shape& shape, DType dtype, Device device)
   storage_ = std::make_shared<Storage>(std::max<std::size_t>(nbytes(), 1), device);
 }
 
+Tensor::Tensor(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype)
+    : storage_(std::move(storage)), shape_(shape), numel_(shape_numel(shape)), dtype_(dtype),
+      device_(storage_->device()) {
+  check_shape_valid(shape, "Tensor");
+  TANDEM_CHECK(storage_->nbytes() >= nbytes(), "Tensor: a storage of ", storage_->nbytes(), " bytes cannot hold ",
+               description());
+}
+
+Tensor empty_pinned(const Shape& shape, DType dtype) {
+  check_shape_valid(shape, "empty_pinned");
+  const std::size_t nbytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return Tensor(std::make_shared<Storage>(std::max<std::size_t>(nbytes, 1), Storage::PinnedHost{}), shape, dtype);
+}
+
+Tensor Tensor::pin_memory() const {
+  TANDEM_CHECK(defined(), "pin_memory: the tensor is undefined");
+  Tensor out = empty_pinned(shape_, dtype_);
+  out.copy_(*this);
+  return out;
+}
+
 std::int64_t Tensor::size(std::int64_t axis) const {
   return shape_[normalize_axis(axis, shape_.size(), "Tensor::size")];
 }

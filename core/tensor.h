@@ -27,6 +27,8 @@ class Tensor {
   Tensor() = default;
   // Allocates uninitialised storage.
   Tensor(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // Wraps a storage (empty_pinned).
+  Tensor(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -61,6 +63,10 @@ class Tensor {
   Tensor to(Device device) const;  // returns *this when the device already matches
   // Copies `src` (same shape and dtype, any device) into this tensor's memory.
   void copy_(const Tensor& src);
+  // A CPU copy in page-locked host memory, which moves to and from a GPU by DMA (PyTorch's
+  // pin_memory); ordinary host memory when no GPU can pin it (a build without CUDA, no GPU).
+  Tensor pin_memory() const;
+  bool is_pinned() const { return storage_ != nullptr && storage_->pinned(); }
 
   // Host read-out. to_vector<T> converts to T when the dtype differs.
   template <typename T> std::vector<T> to_vector() const;
@@ -82,6 +88,8 @@ std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 
 // ---- creation ----
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+// Uninitialised host memory, page-locked where possible (see Tensor::pin_memory).
+Tensor empty_pinned(const Shape& shape, DType dtype = DType::f32);
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());

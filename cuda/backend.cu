@@ -1,5 +1,9 @@
 // The CUDA backend's memory and host transfers, and its registration with core.
+#include <cstdio>
+
 #include "core/error.h"
+#include "core/storage.h"
+#include "cuda/cuda.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_context.h"
@@ -41,11 +45,35 @@ CudaBackend& backend() {
 }
 
 namespace {
+
+// Pinned host tensors (Tensor::pin_memory, empty_pinned) from the caching pinned allocator.
+// Without a GPU, or when page-locked memory runs out, nullptr: core falls back to ordinary
+// memory. Every copy into or out of pinned memory waits for its completion (copy_to_host,
+// copy_from_host), so a freed block can be handed out again at once.
+void* allocate_pinned(std::size_t nbytes) {
+  if (device_count() == 0) return nullptr;
+  try {
+    return pinned_host_allocator().allocate(nbytes);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+void deallocate_pinned(void* ptr) noexcept {
+  try {
+    pinned_host_allocator().deallocate(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: could not return a pinned host block to its cache: %s\n", e.what());
+  }
+}
+
 // Linking //cuda:backend (alwayslink) is what makes Device::cuda(i) usable.
 const bool registered = [] {
   register_backend(DeviceType::cuda, &backend());
+  register_pinned_host_allocator(PinnedHostAllocator{allocate_pinned, deallocate_pinned});
   return true;
 }();
+
 }  // namespace
 
 }  // namespace cuda

@@ -1,6 +1,8 @@
 // Tensor creation, views, copies, conversions and read-out (core/tensor.h).
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include <sstream>
 
 #include "core/ops.h"
@@ -294,4 +296,39 @@ TEST_CASE("operator<< prints dtype, shape and leading values", "[tensor][print]"
   std::ostringstream undefined;
   undefined << Tensor();
   CHECK(undefined.str() == "Tensor(undefined tensor)");
+}
+
+TEST_CASE("pin_memory: a host copy, page-locked only where an allocator can pin it", "[tensor][pinned]") {
+  const Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  // No pinned allocator here (a CPU build, or no GPU): ordinary memory, a real copy.
+  register_pinned_host_allocator(PinnedHostAllocator{});
+  const Tensor plain = x.pin_memory();
+  REQUIRE_FALSE(plain.is_pinned());
+  REQUIRE(plain.device() == Device::cpu());
+  REQUIRE_FALSE(plain.shares_storage_with(x));
+  REQUIRE(plain.to_vector<float>() == x.to_vector<float>());
+
+  // With one registered (what the CUDA backend does), the storage comes from it and goes back to
+  // it; an allocator that cannot serve (returns nullptr) falls back to ordinary memory.
+  static int allocations = 0, frees = 0;
+  static bool refuse = false;
+  register_pinned_host_allocator(PinnedHostAllocator{
+      [](std::size_t n) -> void* { return refuse ? nullptr : (++allocations, std::malloc(n)); },
+      [](void* p) noexcept { ++frees, std::free(p); }});
+  {
+    const Tensor pinned = x.pin_memory();
+    REQUIRE(pinned.is_pinned());
+    REQUIRE(pinned.to_vector<float>() == x.to_vector<float>());
+    REQUIRE((pinned * 2.0f).to_vector<float>() == std::vector<float>{2, 4, 6, 8, 10, 12});
+    const Tensor view = pinned.reshape({3, 2});
+    REQUIRE(view.is_pinned());
+    const Tensor empty = empty_pinned({0, 4}, DType::i64);
+    REQUIRE((empty.is_pinned() && empty.shape() == Shape{0, 4} && empty.dtype() == DType::i64));
+    REQUIRE(allocations == 2);
+  }
+  REQUIRE(frees == 2);
+  refuse = true;
+  REQUIRE_FALSE(x.pin_memory().is_pinned());
+  register_pinned_host_allocator(PinnedHostAllocator{});
+  REQUIRE_THROWS_WITH(empty_pinned({-1, 2}), Catch::Contains("empty_pinned"));
 }

@@ -294,3 +294,18 @@ TEST_CASE("synchronize and the TF32 switch", "[tensor][runtime]") {
   cuda::set_allow_tf32(false);
   REQUIRE_FALSE(cuda::allow_tf32());
 }
+
+TEST_CASE("pin_memory gives page-locked host tensors that move to and from the GPU", "[tensor][pinned]") {
+  Generator gen(5);
+  const Tensor x = randn({257, 33}, gen);
+  const Tensor pinned = x.pin_memory();
+  REQUIRE(pinned.is_pinned());  // a GPU is present, so the CUDA backend's pinned allocator serves it
+  REQUIRE(pinned.device() == Device::cpu());
+  REQUIRE(pinned.to_vector<float>() == x.to_vector<float>());
+  const Tensor on_gpu = pinned.to(gpu());
+  Tensor back = empty_pinned(x.shape());
+  back.copy_(on_gpu);
+  REQUIRE(back.is_pinned());
+  REQUIRE(back.to_vector<float>() == x.to_vector<float>());
+  REQUIRE(on_gpu.pin_memory().to_vector<float>() == x.to_vector<float>());
+}
