@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "core/error.h"
+#include "core/id_dispatch.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernel_util.cuh"
 
@@ -21,16 +21,6 @@ namespace tandem {
 namespace cuda {
 
 namespace {
-
-// Calls f(const Id* ids) (a device pointer) with the ids' storage type.
-template <typename F>
-void with_ids(const Tensor& ids, const char* op, const F& f) {
-  switch (ids.dtype()) {
-    case DType::i32: f(ids.data<std::int32_t>()); return;
-    case DType::i64: f(ids.data<std::int64_t>()); return;
-    default: TANDEM_FAIL(op, ": ids must be i32 or i64, got ", ids.description());
-  }
-}
 
 // 32-bit division per element where every element index fits (the common case).
 bool fits_32_bits(std::int64_t n) { return n <= std::numeric_limits<std::int32_t>::max(); }
@@ -108,26 +98,6 @@ __global__ void index_add_rows_kernel(T* table, const T* src, const std::int64_t
   }
 }
 
-// Frees the host copy of an upload once the stream has passed the copy (cudaLaunchHostFunc).
-void CUDART_CB free_host_vector(void* data) { delete static_cast<std::vector<std::int64_t>*>(data); }
-
-// Copies `values` to `dst` on ctx.stream without waiting: the host vector lives until the
-// stream has passed the copy.
-void upload_async(const DeviceContext& ctx, std::int64_t* dst, std::vector<std::int64_t> values) {
-  auto owned = std::make_unique<std::vector<std::int64_t>>(std::move(values));
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, owned->data(), owned->size() * sizeof(std::int64_t),
-                                    cudaMemcpyHostToDevice, ctx.stream));
-  const cudaError_t status = cudaLaunchHostFunc(ctx.stream, free_host_vector, owned.get());
-  if (status == cudaSuccess) {
-    owned.release();  // the callback deletes it
-    return;
-  }
-  // Not queued: wait for the copy here, free the vector (unique_ptr) and report.
-  (void)cudaGetLastError();
-  (void)cudaStreamSynchronize(ctx.stream);
-  TANDEM_CUDA_CHECK(status);
-}
-
 }  // namespace
 
 void CudaBackend::take_rows(const Tensor& table, const Tensor& ids, Tensor& out, bool has_ignore,
@@ -171,7 +141,8 @@ void CudaBackend::index_add_rows(Tensor& table, const Tensor& ids, const Tensor&
     const std::int64_t elements = distinct * width;
     DeviceBuffer plan(groups.packed.size() * sizeof(std::int64_t), ctx.index);
     std::int64_t* rows_d = plan.as<std::int64_t>();
-    upload_async(ctx, rows_d, std::move(groups.packed));
+    // copy_from_host waits for the copy, so the host vector may go when this scope ends.
+    copy_from_host(rows_d, groups.packed.data(), groups.packed.size() * sizeof(std::int64_t), ctx.index);
     const std::int64_t* offsets_d = rows_d + distinct;
     const std::int64_t* positions_d = offsets_d + distinct + 1;
     if (fits_32_bits(elements)) {

@@ -8,23 +8,10 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "core/id_dispatch.h"
 #include "core/tensor.h"
 
 namespace tandem {
-
-namespace {
-
-// Calls f(const Id* ids) with the ids' storage type.
-template <typename F>
-void with_ids(const Tensor& ids, const char* op, const F& f) {
-  switch (ids.dtype()) {
-    case DType::i32: f(ids.data<std::int32_t>()); return;
-    case DType::i64: f(ids.data<std::int64_t>()); return;
-    default: TANDEM_FAIL(op, ": ids must be i32 or i64, got ", ids.description());
-  }
-}
-
-}  // namespace
 
 void CpuBackend::take_rows(const Tensor& table, const Tensor& ids, Tensor& out, bool has_ignore,
                            std::int64_t ignore_label) {

@@ -81,8 +81,9 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     TANDEM_CHECK(param != params.end(), type_name(), ": state for '", param_name, "', which the model does not have");
     TANDEM_CHECK(tensor.shape() == param->second.shape() && tensor.dtype() == param->second.dtype(), type_name(),
                  ": state '", key, "' is ", tensor.description(), " but the parameter is ", param->second.description());
-    // On the parameter's device (a snapshot is read on the host).
-    states[param_name][key.substr(slash + 1)] = tensor.to(param->second.data().device()).clone();
+    // A copy of its own, on the parameter's device (a snapshot is read on the host).
+    const Tensor placed = tensor.to(param->second.data().device());
+    states[param_name][key.substr(slash + 1)] = placed.shares_storage_with(tensor) ? placed.clone() : placed;
   }
   TANDEM_CHECK(t >= 0 && epoch >= 0, type_name(), ": the saved state has no 't'/'epoch' entries");
   // A parameter's state is all or nothing: update_one reads every entry that init_state makes.
