@@ -1,17 +1,35 @@
 #include "core/ops/optimizer_update.h"
 
+#include <vector>
+
 #include "core/ops/checks.h"
 
 namespace tandem {
 
 namespace {
 
+bool share_memory(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0 || a.storage() != b.storage()) return false;
+  const char* a0 = static_cast<const char*>(a.raw_data());
+  const char* b0 = static_cast<const char*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// The fused kernels read and write every tensor element by element, and the CPU's are
+// vectorised on the promise that no two of them overlap: a gradient or a state that is a view
+// of the parameter would give an answer that depends on the vector width.
 void check_state(const Tensor& param, std::initializer_list<const Tensor*> others, const char* op) {
   ops_detail::check_floating(param, op);
   ops_detail::check_compatible(others, op);
   for (const Tensor* t : others)
     TANDEM_CHECK(t->shape() == param.shape() && t->dtype() == param.dtype() && t->device() == param.device(), op,
                  ": parameter ", param.description(), " and state/gradient ", t->description(), " differ");
+  const std::vector<const Tensor*> list(others);
+  for (std::size_t i = 0; i < list.size(); ++i)
+    for (std::size_t j = i + 1; j < list.size(); ++j)
+      TANDEM_CHECK(!share_memory(*list[i], *list[j]), op, ": the parameter, its gradient and its state must be "
+                   "separate tensors, but operands ", i, " and ", j, " (", list[i]->description(), ", ",
+                   list[j]->description(), ") share memory");
 }
 
 }  // namespace

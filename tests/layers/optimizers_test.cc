@@ -86,6 +86,58 @@ TEST_CASE("Adam matches Chainer's formulas, with amsgrad and weight decay", "[op
   }
 }
 
+// The fused update over enough elements to run the CPU's vectorised loop and its tail (1003 is
+// no multiple of any vector width), in both precisions, against the formula in double.
+TEMPLATE_TEST_CASE("adam_update_ matches the formula element by element over a long vector", "[optimizer]", float,
+                   double) {
+  const std::int64_t n = 1003;
+  const DType dtype = std::is_same_v<TestType, float> ? DType::f32 : DType::f64;
+  const double tolerance = std::is_same_v<TestType, float> ? 1e-6 : 1e-14;
+  for (bool amsgrad : {false, true}) {
+    Generator gen(7);
+    Tensor p = rand_uniform({n}, gen).to(dtype), g = rand_uniform({n}, gen).to(dtype);
+    Tensor m = rand_uniform({n}, gen).to(dtype), v = rand_uniform({n}, gen).to(dtype);
+    Tensor vhat = rand_uniform({n}, gen).to(dtype);
+    const auto p0 = p.to(DType::f64).to_vector<double>(), g0 = g.to(DType::f64).to_vector<double>();
+    const auto m0 = m.to(DType::f64).to_vector<double>(), v0 = v.to(DType::f64).to_vector<double>();
+    const auto h0 = vhat.to(DType::f64).to_vector<double>();
+    AdamStep step;
+    step.alpha_t = 0.003;
+    step.eta = 0.5;
+    step.weight_decay_rate = 0.01;
+    step.amsgrad = amsgrad;
+    adam_update_(p, g, m, v, vhat, step);
+    const auto p1 = p.to(DType::f64).to_vector<double>(), m1 = m.to(DType::f64).to_vector<double>();
+    const auto v1 = v.to(DType::f64).to_vector<double>(), h1 = vhat.to(DType::f64).to_vector<double>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double mi = m0[i] + 0.1 * (g0[i] - m0[i]);
+      const double vi = v0[i] + 0.001 * (g0[i] * g0[i] - v0[i]);
+      const double hi = amsgrad ? std::max(h0[i], vi) : h0[i];
+      const double pi = p0[i] - 0.5 * (0.003 * mi / (std::sqrt(amsgrad ? hi : vi) + 1e-8) + 0.01 * p0[i]);
+      INFO("element " << i << ", amsgrad " << amsgrad);
+      REQUIRE(m1[i] == Approx(mi).epsilon(tolerance));
+      REQUIRE(v1[i] == Approx(vi).epsilon(tolerance));
+      REQUIRE(h1[i] == Approx(hi).epsilon(tolerance));
+      REQUIRE(p1[i] == Approx(pi).epsilon(tolerance));
+    }
+  }
+}
+
+TEST_CASE("fused updates refuse a gradient or state that shares memory with another operand", "[optimizer]") {
+  Tensor both = zeros({8});
+  Tensor p = both.slice_rows(0, 4), overlapping = both.slice_rows(2, 6), apart = both.slice_rows(4, 8);
+  Tensor m = zeros({4}), v = zeros({4}), vhat;
+  AdamStep step;
+  step.alpha_t = 0.001;
+  REQUIRE_THROWS_WITH(sgd_update_(p, p, 0.1), Catch::Contains("sgd_update_") && Catch::Contains("share memory"));
+  REQUIRE_THROWS_WITH(momentum_sgd_update_(p, apart, overlapping, 0.1, 0.9),
+                      Catch::Contains("operands 0 and 2") && Catch::Contains("share memory"));
+  REQUIRE_THROWS_WITH(adam_update_(p, apart, m, m, vhat, step),
+                      Catch::Contains("adam_update_") && Catch::Contains("operands 2 and 3"));
+  // Neighbouring slices of one tensor are separate: fine.
+  sgd_update_(p, apart, 0.1);
+}
+
 TEST_CASE("WeightDecay adds rate * p to the gradient before the update", "[optimizer]") {
   auto link = std::make_shared<Single>(std::vector<double>{2});
   SGD sgd(0.5);
