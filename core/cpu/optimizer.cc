@@ -41,27 +41,21 @@ namespace {
 // One Adam step over [0, n). The pointers never alias (a parameter, its gradient and its state
 // are separate tensors, which adam_update_ checks), and saying so lets GCC vectorise the loop: with
 // the sqrt and the division it was scalar and cost as much as the MLP's whole backward pass.
-template <typename T>
+// AMSGrad is a template parameter so that neither loop tests it per element.
+template <bool kAmsgrad, typename T>
 void adam_elements(T* __restrict p, T* __restrict m, T* __restrict v, T* __restrict vhat, const T* __restrict g,
                    std::int64_t n, T one_minus_beta1, T one_minus_beta2, T alpha_t, T eps, T eta, T decay) {
-  if (vhat == nullptr) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const T mi = m[i] + one_minus_beta1 * (g[i] - m[i]);
-      const T vi = v[i] + one_minus_beta2 * (g[i] * g[i] - v[i]);
-      m[i] = mi;
-      v[i] = vi;
-      p[i] -= eta * (alpha_t * mi / (std::sqrt(vi) + eps) + decay * p[i]);
-    }
-    return;
-  }
-  for (std::int64_t i = 0; i < n; ++i) {  // AMSGrad: the denominator is the running maximum of v
+  for (std::int64_t i = 0; i < n; ++i) {
     const T mi = m[i] + one_minus_beta1 * (g[i] - m[i]);
     const T vi = v[i] + one_minus_beta2 * (g[i] * g[i] - v[i]);
-    const T hi = vhat[i] > vi ? vhat[i] : vi;
     m[i] = mi;
     v[i] = vi;
-    vhat[i] = hi;
-    p[i] -= eta * (alpha_t * mi / (std::sqrt(hi) + eps) + decay * p[i]);
+    T denominator = vi;
+    if constexpr (kAmsgrad) {  // the running maximum of v
+      denominator = vhat[i] > vi ? vhat[i] : vi;
+      vhat[i] = denominator;
+    }
+    p[i] -= eta * (alpha_t * mi / (std::sqrt(denominator) + eps) + decay * p[i]);
   }
 }
 
@@ -80,8 +74,9 @@ void CpuBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& m_state,
     const auto alpha_t = static_cast<scalar_t>(step.alpha_t), eps = static_cast<scalar_t>(step.eps);
     const auto eta = static_cast<scalar_t>(step.eta), decay = static_cast<scalar_t>(step.weight_decay_rate);
     cpu::parallel_for(param.numel(), 8, cpu::kElementwiseGrain, [&](std::int64_t b, std::int64_t e) {
-      adam_elements(p + b, m + b, v + b, vhat ? vhat + b : nullptr, g + b, e - b, one_minus_beta1, one_minus_beta2,
-                    alpha_t, eps, eta, decay);
+      auto* const run = vhat ? adam_elements<true, scalar_t> : adam_elements<false, scalar_t>;
+      run(p + b, m + b, v + b, vhat ? vhat + b : nullptr, g + b, e - b, one_minus_beta1, one_minus_beta2, alpha_t,
+          eps, eta, decay);
     });
   });
 }

@@ -1,7 +1,5 @@
 #include "core/ops/optimizer_update.h"
 
-#include <vector>
-
 #include "core/ops/checks.h"
 
 namespace tandem {
@@ -9,7 +7,7 @@ namespace tandem {
 namespace {
 
 bool share_memory(const Tensor& a, const Tensor& b) {
-  if (a.nbytes() == 0 || b.nbytes() == 0 || a.storage() != b.storage()) return false;
+  if (a.nbytes() == 0 || b.nbytes() == 0 || !a.shares_storage_with(b)) return false;
   const char* a0 = static_cast<const char*>(a.raw_data());
   const char* b0 = static_cast<const char*>(b.raw_data());
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
@@ -24,9 +22,9 @@ void check_state(const Tensor& param, std::initializer_list<const Tensor*> other
   for (const Tensor* t : others)
     TANDEM_CHECK(t->shape() == param.shape() && t->dtype() == param.dtype() && t->device() == param.device(), op,
                  ": parameter ", param.description(), " and state/gradient ", t->description(), " differ");
-  const std::vector<const Tensor*> list(others);
-  for (std::size_t i = 0; i < list.size(); ++i)
-    for (std::size_t j = i + 1; j < list.size(); ++j)
+  const Tensor* const* list = others.begin();
+  for (std::size_t i = 0; i < others.size(); ++i)
+    for (std::size_t j = i + 1; j < others.size(); ++j)
       TANDEM_CHECK(!share_memory(*list[i], *list[j]), op, ": the parameter, its gradient and its state must be "
                    "separate tensors, but operands ", i, " and ", j, " (", list[i]->description(), ", ",
                    list[j]->description(), ") share memory");
