@@ -34,6 +34,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
 
+  // The ledger's name for this communicator: the same on every rank (traffic_ledger.h).
+  int id = comm_detail::next_book_id();
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce (communicator id)");
+  book_ = comm_detail::open_book(id, world_rank_of_);
+
   // Hosts by processor name: intra_* among the ranks with this rank's name, inter_* among the
   // distinct names ordered by the lowest rank that has each.
   std::vector<char> names(static_cast<std::size_t>(size_) * MPI_MAX_PROCESSOR_NAME, 0);

@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "comm/communicator.h"
+#include "comm/traffic_ledger.h"
 
 namespace tandem {
 
@@ -139,6 +140,11 @@ class MpiCommunicator : public Communicator {
   [[noreturn]] void fail_timeout(const WaitContext& context, double waited_seconds);
   // Whether the peer announced the end of its program (mpi_env.h).
   bool peer_finished(int peer);
+  // "; messages sent and never received: ..." between this rank and a peer that has finished or
+  // failed, from the peer's report (traffic_ledger.h); "" when every message was matched.
+  std::string never_received(const comm_detail::TrafficReport& report, int world_peer) const;
+  // "rank 2" in this communicator, or "world rank 5" for a process outside it.
+  std::string who(int world_peer) const;
   // The oldest collective header from the peer that no collective here has taken yet
   // (receiving one if it has arrived), or null.
   const Header* early_collective_header(int peer);
@@ -187,8 +193,9 @@ class MpiCommunicator : public Communicator {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<int> world_rank_of_;  // rank in this communicator -> rank in MPI_COMM_WORLD
-  std::unordered_map<std::int64_t, std::int64_t> send_sequence_;  // key: peer * 65536 + tag
-  std::unordered_map<std::int64_t, std::int64_t> recv_sequence_;
+  // Point-to-point counts and the last headers sent, per peer and tag (traffic_ledger.h): the
+  // sequence numbers of the headers, the end-of-program check and the deadlock probes.
+  std::shared_ptr<comm_detail::TrafficBook> book_;
   std::int64_t collective_sequence_ = 0;
   // True from a collective's header exchange until its data phase completes: still true at the
   // next collective means this rank gave the previous one up (its wait failed), which the next

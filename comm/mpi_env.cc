@@ -4,9 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <thread>
 #include <vector>
 
+#include "comm/deadlock.h"
+#include "comm/traffic_ledger.h"
 #include "core/error.h"
 
 namespace tandem::comm_detail {
@@ -19,8 +22,53 @@ int g_world_size = 1;
 bool g_we_initialised = false;
 std::terminate_handler g_previous_terminate = nullptr;
 
-// An exception escaping on one rank would leave the others waiting for it forever: print it
-// and take the whole job down.
+bool g_unmatched_at_end = false;  // the report exchange found unreceived messages
+// Peers' reports, kept once received (a wait may take one before MPI_Finalize compares them).
+// Never destroyed (read inside MPI_Finalize, which may run from an atexit handler).
+std::map<int, TrafficReport>& g_finished = *new std::map<int, TrafficReport>();
+std::map<int, TrafficReport>& g_failed = *new std::map<int, TrafficReport>();
+
+// Receives a report from `peer` on `tag` into `into` if one has arrived.
+bool take_report(int peer, int tag, std::map<int, TrafficReport>& into) {
+  if (into.count(peer)) return true;
+  int found = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(peer, tag, g_control, &found, &status) != MPI_SUCCESS || !found) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::vector<char> bytes(static_cast<std::size_t>(count));
+  MPI_Recv(bytes.data(), count, MPI_BYTE, peer, tag, g_control, MPI_STATUS_IGNORE);
+  try {
+    into[peer] = decode_report(bytes.data(), bytes.size(), peer);
+  } catch (const std::exception& e) {
+    into[peer].failure = e.what();
+  }
+  return true;
+}
+
+// Sends every peer this rank's report on `tag`; the buffers stay alive until `requests` complete.
+void send_reports(int tag, const std::string& failure, std::vector<std::vector<char>>& buffers,
+                  std::vector<MPI_Request>& requests) {
+  buffers.resize(g_world_size);
+  for (int peer = 0; peer < g_world_size; ++peer) {
+    if (peer == g_world_rank) continue;
+    buffers[peer] = encode_report(report_for(peer, failure));
+    requests.emplace_back();
+    MPI_Isend(buffers[peer].data(), static_cast<int>(buffers[peer].size()), MPI_BYTE, peer, tag, g_control,
+              &requests.back());
+  }
+}
+
+void print_lines(const std::string& first, const std::vector<std::string>& lines) {
+  std::string text = "tandem: rank " + std::to_string(g_world_rank) + " of " + std::to_string(g_world_size) + ": " +
+                     first + "\n";
+  for (const std::string& line : lines) text += "tandem:   " + line + "\n";
+  std::fputs(text.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+// An exception escaping on one rank would leave the others waiting for it forever: print it,
+// tell the peers (with this rank's traffic report), and take the whole job down.
 [[noreturn]] void abort_job_on_terminate() {
   std::string what = "unknown exception";
   if (std::exception_ptr current = std::current_exception()) {
@@ -36,38 +84,84 @@ std::terminate_handler g_previous_terminate = nullptr;
   std::fprintf(stderr, "tandem: rank %d of %d failed: %s\ntandem: aborting all ranks (MPI_Abort)\n", g_world_rank,
                g_world_size, what.c_str());
   std::fflush(stderr);
+  std::vector<std::vector<char>> buffers;
+  std::vector<MPI_Request> requests;
+  if (mpi_active() && g_control != MPI_COMM_NULL) {
+    try {
+      send_reports(kFailedTag, what, buffers, requests);
+    } catch (...) {
+    }
+  }
   // mpiexec relays output asynchronously; MPI_Abort tears the job down at once. A moment's
-  // grace lets the message above reach the user's terminal.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // grace lets the message above reach the user's terminal, and the peers print theirs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
 
-// Announces this rank's end to every peer, then waits for every peer's announcement: the
-// program's last collective. Runs at the start of MPI_Finalize (an attribute on MPI_COMM_SELF
-// is deleted first thing there, whoever calls MPI_Finalize).
+// The program's last collective: sends every peer this rank's traffic report and waits for
+// every peer's (or its failure report), then compares them. Runs at the start of MPI_Finalize
+// (an attribute on MPI_COMM_SELF is deleted first thing there, whoever calls MPI_Finalize).
 int announce_finished(MPI_Comm, int, void*, void*) {
   if (g_control == MPI_COMM_NULL) return MPI_SUCCESS;
-  char token = 0;
+  std::vector<std::vector<char>> buffers;
   std::vector<MPI_Request> requests;
-  for (int peer = 0; peer < g_world_size; ++peer) {
-    if (peer == g_world_rank) continue;
-    requests.emplace_back();
-    MPI_Isend(&token, 1, MPI_CHAR, peer, kFinishedTag, g_control, &requests.back());
-  }
-  std::vector<char> tokens(g_world_size);
-  for (int peer = 0; peer < g_world_size; ++peer) {
-    if (peer == g_world_rank) continue;
-    MPI_Recv(&tokens[peer], 1, MPI_CHAR, peer, kFinishedTag, g_control, MPI_STATUS_IGNORE);
+  send_reports(kFinishedTag, "", buffers, requests);
+  std::vector<bool> heard(g_world_size, false);
+  heard[g_world_rank] = true;
+  for (int left = g_world_size - 1; left > 0;) {
+    bool progress = false;
+    for (int peer = 0; peer < g_world_size; ++peer) {
+      if (heard[peer]) continue;
+      const bool failed = take_report(peer, kFailedTag, g_failed);
+      if (!failed && !take_report(peer, kFinishedTag, g_finished)) continue;
+      heard[peer] = true;
+      --left;
+      progress = true;
+      const TrafficReport& report = failed ? g_failed[peer] : g_finished[peer];
+      std::vector<std::string> lines;
+      try {
+        lines = unmatched_messages(report, peer);
+      } catch (const std::exception& e) {
+        lines.push_back(e.what());
+      }
+      if (failed) {
+        print_lines("rank " + std::to_string(peer) + " failed while this rank was finishing: " + report.failure, lines);
+        g_unmatched_at_end = true;
+      } else if (!lines.empty()) {
+        print_lines("comm: the program ended with messages between ranks " + std::to_string(g_world_rank) + " and " +
+                        std::to_string(peer) + " that were sent and never received (the ranks' programs do not "
+                        "communicate in matching ways):",
+                    lines);
+        g_unmatched_at_end = true;
+      }
+    }
+    try {
+      discard_probes();
+    } catch (...) {
+    }
+    if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  try {
+    discard_probes();
+  } catch (...) {
+  }
   MPI_Comm_free(&g_control);
   g_control = MPI_COMM_NULL;
+  if (g_unmatched_at_end && !g_we_initialised) {
+    // The program finalises MPI itself: end it once it exits, with a failure status.
+    std::atexit([] { std::_Exit(1); });
+  }
   return MPI_SUCCESS;
 }
 
 void finalize_at_exit() {
   if (g_we_initialised && mpi_active()) MPI_Finalize();
+  if (g_unmatched_at_end) {
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
 }
 
 }  // namespace
@@ -113,6 +207,24 @@ void ensure_mpi() {
 
 MPI_Comm control_comm() { return g_control; }
 int world_rank() { return g_world_rank; }
+int world_size() { return g_world_size; }
+
+const TrafficReport* finished_report(int world_peer) {
+  if (g_control == MPI_COMM_NULL) return nullptr;
+  return take_report(world_peer, kFinishedTag, g_finished) ? &g_finished[world_peer] : nullptr;
+}
+
+int failed_peer() {
+  if (!g_failed.empty()) return g_failed.begin()->first;
+  if (g_control == MPI_COMM_NULL) return -1;
+  int found = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kFailedTag, g_control, &found, &status) != MPI_SUCCESS || !found) return -1;
+  take_report(status.MPI_SOURCE, kFailedTag, g_failed);
+  return status.MPI_SOURCE;
+}
+
+const TrafficReport& failed_report(int world_peer) { return g_failed[world_peer]; }
 
 double timeout_from_environment() {
   const char* text = std::getenv("TANDEM_COMM_TIMEOUT");

@@ -17,8 +17,6 @@ namespace {
 // MPI counts are ints: larger payloads travel in pieces of this many bytes.
 constexpr std::size_t kChunkBytes = std::size_t(1) << 30;
 
-std::int64_t channel(int peer, int tag) { return static_cast<std::int64_t>(peer) * 65536 + tag; }
-
 }  // namespace
 
 void MpiCommunicator::check_peer(int peer, int tag, const char* operation) const {
@@ -42,7 +40,7 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
                                  const char* operation) {
   reap_orphans();
   header.tag = tag;
-  header.sequence = send_sequence_[channel(dest, tag)]++;
+  header.sequence = book_->record_send(dest, tag, header);
   auto buffer = std::make_shared<std::vector<char>>();
   std::vector<char>& message = *buffer;
   const std::size_t size = header.payload_bytes;
@@ -141,7 +139,7 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   incoming.message = comm_detail::decode_header(incoming.bytes.data(), incoming.bytes.size(), source);
   const Header& header = incoming.message.header;
 
-  std::int64_t& expected_sequence = recv_sequence_[channel(source, tag)];
+  std::int64_t& expected_sequence = book_->expected(source, tag);
   std::string problem;
   if (header.kind != expect.kind) {
     problem = detail::concat("it expects a message from ", comm_detail::op_kind_name(expect.kind));

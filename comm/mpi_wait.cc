@@ -8,14 +8,20 @@
 // - For a point-to-point wait: the peer has entered a collective that this rank has not. A
 //   rank inside a collective waits for every peer's header before anything else, so the peer
 //   cannot send what this rank waits for until this rank joins the collective.
-// Both are certain deadlocks, and become errors at once. Anything else may still resolve, so
-// it is only reported when the timeout (TANDEM_COMM_TIMEOUT / set_timeout) expires.
+// - Any peer has failed (an exception escaped its main; mpi_env.h): the job is ending.
+// - For a point-to-point receive: the ranks form a cycle, each blocked in a receive from the
+//   next, which has not sent it (deadlock.h).
+// All are certain, and become errors at once, naming what the peers did (and, for a peer that
+// finished or failed, the messages it sent that were never received). Anything else may still
+// resolve, so it is only reported when the timeout (TANDEM_COMM_TIMEOUT / set_timeout) expires.
 #include <sched.h>
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "comm/deadlock.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_env.h"
 #include "core/error.h"
@@ -73,6 +79,12 @@ bool MpiCommunicator::try_receive(int source, int tag, std::vector<char>& bytes)
 
 std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, const WaitContext& context) {
   Poller poller(timeout_seconds_);
+  // A point-to-point receive takes part in the search for cycles of receives.
+  std::optional<comm_detail::ReceiveWaitScope> receiving;
+  if (!context.in_collective) {
+    receiving.emplace(comm_detail::ReceiveWait{book_->id(), rank_, source, world_rank_of_[source], tag,
+                                               book_->received(source, tag), context.operation});
+  }
   for (;;) {
     std::vector<char> bytes;
     if (try_receive(source, tag, bytes)) return bytes;
@@ -115,11 +127,21 @@ void MpiCommunicator::reap_orphans() {
 }
 
 bool MpiCommunicator::peer_finished(int peer) {
-  int finished = 0;
-  check_mpi(MPI_Iprobe(world_rank_of_[peer], comm_detail::kFinishedTag, comm_detail::control_comm(), &finished,
-                       MPI_STATUS_IGNORE),
-            "MPI_Iprobe");
-  return finished != 0;
+  return comm_detail::finished_report(world_rank_of_[peer]) != nullptr;
+}
+
+std::string MpiCommunicator::never_received(const comm_detail::TrafficReport& report, int world_peer) const {
+  std::vector<std::string> lines = comm_detail::unmatched_messages(report, world_peer);
+  if (lines.empty()) return "";
+  std::string text = "; messages sent and never received:";
+  for (const std::string& line : lines) text += " " + line + ";";
+  text.pop_back();
+  return text;
+}
+
+std::string MpiCommunicator::who(int world_peer) const {
+  const int peer = book_->rank_of_world(world_peer);
+  return peer >= 0 ? detail::concat("rank ", peer) : detail::concat("world rank ", world_peer);
 }
 
 const MpiCommunicator::Header* MpiCommunicator::early_collective_header(int peer) {
@@ -133,6 +155,18 @@ const MpiCommunicator::Header* MpiCommunicator::early_collective_header(int peer
 }
 
 void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_seconds) {
+  const int failed = comm_detail::failed_peer();
+  if (failed >= 0) {
+    const comm_detail::TrafficReport& report = comm_detail::failed_report(failed);
+    TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: ", who(failed),
+                " failed: ", report.failure, never_received(report, failed));
+  }
+  const std::string cycle = comm_detail::poll_deadlock(waited_seconds);
+  if (!cycle.empty()) {
+    TANDEM_FAIL("comm: deadlock: ", context.operation, " on rank ", rank_, " can never complete: ", cycle,
+                ". Each of these ranks waits for a message that the next has not sent, and none can send while it "
+                "waits (a cycle of receives, found without a timeout)");
+  }
   // A finished peer's last messages may still be in flight on this communicator: a moment's
   // grace before concluding that it left without them.
   const bool grace_over = waited_seconds >= 0.05;
@@ -149,7 +183,8 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
       }
       if (grace_over && peer_finished(peer)) {
         TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
-                    " has finished (reached MPI_Finalize)");
+                    " has finished (reached MPI_Finalize)",
+                    never_received(*comm_detail::finished_report(world_rank_of_[peer]), world_rank_of_[peer]));
       }
     }
     return;
@@ -157,8 +192,9 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
   const int peer = context.peer;
   if (grace_over && peer_finished(peer)) {
     TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer, ", but rank ", peer,
-                " has finished (reached MPI_Finalize) without sending it; the ranks' programs do not communicate "
-                "in matching ways");
+                " has finished (reached MPI_Finalize) without ", context.in_collective ? "entering it" : "sending it",
+                "; the ranks' programs do not communicate in matching ways",
+                never_received(*comm_detail::finished_report(world_rank_of_[peer]), world_rank_of_[peer]));
   }
   if (context.in_collective) return;
   // Has the peer entered a collective this rank has not?
