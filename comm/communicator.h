@@ -28,6 +28,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,14 +101,19 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual void barrier() = 0;
 
   // --- tensors: any dtype; the receiver learns dtype and shape from the message -------------
+  // recv, bcast, gather and scatter take where their results land as the last argument, as the
+  // differentiable functions do: `device` (nullopt: where the top of this file says).
   void send(const Tensor& x, int dest, int tag = 0) { send_message(x, dest, tag, MessageOptions{}); }
-  Tensor recv(int source, int tag = 0);
+  Tensor recv(int source, int tag = 0, std::optional<Device> device = std::nullopt);
   // root's x to every rank (x is ignored, and may be undefined, elsewhere).
   virtual Tensor bcast(const Tensor& x, int root = 0) = 0;
+  Tensor bcast(const Tensor& x, int root, std::optional<Device> device);
   // At the root, one tensor per rank (shapes may differ, dtypes must match); empty elsewhere.
   virtual std::vector<Tensor> gather(const Tensor& x, int root = 0) = 0;
+  std::vector<Tensor> gather(const Tensor& x, int root, std::optional<Device> device);
   // The root passes one tensor per rank; every rank gets its own. Other ranks pass {}.
   virtual Tensor scatter(const std::vector<Tensor>& xs, int root = 0) = 0;
+  Tensor scatter(const std::vector<Tensor>& xs, int root, std::optional<Device> device);
   // Every rank gets every rank's x, in rank order.
   virtual std::vector<Tensor> allgather(const Tensor& x) = 0;
   // xs[j] goes to rank j; returns, in rank order, what every rank sent to this one.

@@ -11,7 +11,8 @@ namespace {
 // run in backward whenever gradients are recorded (all ranks must take part alike).
 class CollectiveFunction : public FunctionNode {
  public:
-  explicit CollectiveFunction(Communicator& comm) : comm_(comm.shared_from_this()) {}
+  explicit CollectiveFunction(Communicator& comm, std::optional<Device> device = std::nullopt)
+      : comm_(comm.shared_from_this()), device_(device) {}
   bool always_record() const override { return true; }
   bool always_run_backward() const override { return true; }
 
@@ -32,9 +33,14 @@ class CollectiveFunction : public FunctionNode {
       if (grads[i].defined()) grads[i] = grads[i].to(inputs_[i].device);
     return grads;
   }
-  // Where a rank that passed no data puts what it receives: the delegate's device when it passed
-  // one (so that results follow the model), else where the communicator puts it.
-  Tensor to_delegate_device(const Tensor& y) const { return inputs_.empty() ? y : y.to(inputs_[0].device); }
+  // Where this rank's results land: the requested device; else its (first) input's (a rank that
+  // passed no data but a delegate: the delegate's, so that results follow the model); else where
+  // the communicator puts them (nullopt).
+  std::optional<Device> landing() const {
+    if (device_) return device_;
+    if (!inputs_.empty()) return inputs_[0].device;
+    return std::nullopt;
+  }
   // Whether gradients travel: decided from the dtype every rank agreed on in forward.
   bool differentiable() const { return is_floating(dtype_); }
   std::vector<Tensor> no_grads() const { return std::vector<Tensor>(inputs_.size()); }
@@ -45,21 +51,22 @@ class CollectiveFunction : public FunctionNode {
     Device device;
   };
   CommunicatorPtr comm_;
+  std::optional<Device> device_;
   DType dtype_ = DType::f32;
   std::vector<Input> inputs_;
 };
 
 class Bcast final : public CollectiveFunction {
  public:
-  Bcast(Communicator& comm, int root) : CollectiveFunction(comm), root_(root) {}
+  Bcast(Communicator& comm, int root, std::optional<Device> device) : CollectiveFunction(comm, device), root_(root) {}
   std::string name() const override { return "bcast"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);
     const bool is_root = comm_->rank() == root_;
     TANDEM_CHECK(!is_root || !inputs.empty(), "bcast: the root (rank ", root_, ") passed no variable");
-    Tensor y = comm_->bcast(is_root ? inputs[0] : Tensor(), root_);
+    Tensor y = comm_->bcast(is_root ? inputs[0] : Tensor(), root_, landing());
     dtype_ = y.dtype();
-    return {is_root ? y : to_delegate_device(y)};
+    return {y};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
     if (!differentiable()) return no_grads();
@@ -76,12 +83,12 @@ class Bcast final : public CollectiveFunction {
 
 class Gather final : public CollectiveFunction {
  public:
-  Gather(Communicator& comm, int root) : CollectiveFunction(comm), root_(root) {}
+  Gather(Communicator& comm, int root, std::optional<Device> device) : CollectiveFunction(comm, device), root_(root) {}
   std::string name() const override { return "gather"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);
     dtype_ = inputs[0].dtype();
-    std::vector<Tensor> ys = comm_->gather(inputs[0], root_);
+    std::vector<Tensor> ys = comm_->gather(inputs[0], root_, landing());
     if (comm_->rank() != root_) return {Tensor({0}, DType::f32, inputs[0].device())};  // the delegate
     return ys;
   }
@@ -98,14 +105,15 @@ class Gather final : public CollectiveFunction {
 
 class Scatter final : public CollectiveFunction {
  public:
-  Scatter(Communicator& comm, int root) : CollectiveFunction(comm), root_(root) {}
+  Scatter(Communicator& comm, int root, std::optional<Device> device)
+      : CollectiveFunction(comm, device), root_(root) {}
   std::string name() const override { return "scatter"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);
     const bool is_root = comm_->rank() == root_;
-    Tensor y = comm_->scatter(is_root ? inputs : std::vector<Tensor>{}, root_);
+    Tensor y = comm_->scatter(is_root ? inputs : std::vector<Tensor>{}, root_, landing());
     dtype_ = y.dtype();
-    return {is_root ? y : to_delegate_device(y)};
+    return {y};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
     if (!differentiable()) return no_grads();
@@ -176,16 +184,18 @@ void check_defined(const Variable& x, const char* operation, const Communicator&
 
 }  // namespace
 
-Variable bcast(Communicator& comm, const Variable& x, int root) {
-  return call<Bcast>(x.defined() ? Variables{x} : Variables{}, comm, root)[0];
+Variable bcast(Communicator& comm, const Variable& x, int root, std::optional<Device> device) {
+  return call<Bcast>(x.defined() ? Variables{x} : Variables{}, comm, root, device)[0];
 }
 
-Variables gather(Communicator& comm, const Variable& x, int root) {
+Variables gather(Communicator& comm, const Variable& x, int root, std::optional<Device> device) {
   check_defined(x, "gather", comm);
-  return call<Gather>({x}, comm, root);
+  return call<Gather>({x}, comm, root, device);
 }
 
-Variable scatter(Communicator& comm, const Variables& xs, int root) { return call<Scatter>(xs, comm, root)[0]; }
+Variable scatter(Communicator& comm, const Variables& xs, int root, std::optional<Device> device) {
+  return call<Scatter>(xs, comm, root, device)[0];
+}
 
 Variables allgather(Communicator& comm, const Variable& x) {
   check_defined(x, "allgather", comm);

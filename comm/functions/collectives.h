@@ -16,11 +16,15 @@
 // stay connected and backward from the result runs the gather's backward too. Gradients are
 // exchanged only for floating dtypes.
 //
-// Devices: results land on the device of this rank's (first) input; away from the root, bcast
-// and scatter put theirs on the delegate's device, or without a delegate where the communicator
-// puts them (communicator.h). Gather's delegate lives on x's device. Every gradient lands on the
-// device of the input it belongs to.
+// Devices: results land on `device` when it is given (the last argument of bcast, gather and
+// scatter, as of recv in point_to_point.h; for gather, the root's variables: the delegate
+// elsewhere lives on x's device); otherwise on the device of this rank's (first) input, its data
+// or its delegate, and without either (bcast and scatter away from the root) where the
+// communicator puts them (communicator.h). Every gradient lands on the device of the input it
+// belongs to. Dtypes and shapes travel with the messages: no rank passes them.
 #pragma once
+
+#include <optional>
 
 #include "autograd/variable.h"
 #include "comm/communicator.h"
@@ -28,11 +32,11 @@
 namespace tandem::functions {
 
 // x: the data at the root; elsewhere undefined or a delegate.
-Variable bcast(Communicator& comm, const Variable& x, int root = 0);
+Variable bcast(Communicator& comm, const Variable& x, int root = 0, std::optional<Device> device = std::nullopt);
 // At the root, one variable per rank; elsewhere a single delegate variable.
-Variables gather(Communicator& comm, const Variable& x, int root = 0);
+Variables gather(Communicator& comm, const Variable& x, int root = 0, std::optional<Device> device = std::nullopt);
 // xs: one variable per rank at the root; elsewhere {} or {delegate}.
-Variable scatter(Communicator& comm, const Variables& xs, int root = 0);
+Variable scatter(Communicator& comm, const Variables& xs, int root = 0, std::optional<Device> device = std::nullopt);
 Variables allgather(Communicator& comm, const Variable& x);
 Variables alltoall(Communicator& comm, const Variables& xs);
 Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op = AllreduceOp::sum);

@@ -1,6 +1,7 @@
 #include "comm/functions/point_to_point.h"
 
 #include "autograd/function_node.h"
+#include "comm/functions/pseudo_connect.h"
 #include "core/error.h"
 
 namespace tandem::functions {
@@ -54,6 +55,17 @@ class SendFunction final : public FunctionNode {
       if (needs_input_grad(i)) grads[i] = grad.to(devices_[i]);
     }
     return grads;
+  }
+
+  comm_detail::SendRecord record() const {
+    std::string what = "send of ";
+    for (std::size_t i = 0; i < shapes_.size(); ++i) {
+      if (i > 0) what += ", ";
+      what += detail::concat(dtype_name(dtypes_[i]), shape_str(shapes_[i]));
+      if (i < inputs().size() && !inputs()[i]->name.empty()) what += " '" + inputs()[i]->name + "'";
+    }
+    return {comm_.get(), peer_, tag_, sequence_number(),
+            detail::concat(what, " to rank ", peer_, " (tag ", tag_, ")")};
   }
 
  private:
@@ -147,6 +159,15 @@ Variable send(const Variables& xs, Communicator& comm, int rank, int tag) {
 
 Variable send(const Variable& x, Communicator& comm, int rank, int tag) { return send(Variables{x}, comm, rank, tag); }
 
+Variable send_each(const Variables& xs, Communicator& comm, int rank, int tag) {
+  TANDEM_CHECK(!xs.empty(), "send_each: nothing to send from rank ", comm.rank(), " to rank ", rank);
+  // One send node per variable, created (and so run, and received) in list order, and joined in
+  // that order: backward then runs them last first, as the peer's recvs send their gradients.
+  Variable joined = send(xs[0], comm, rank, tag);
+  for (std::size_t i = 1; i < xs.size(); ++i) joined = pseudo_connect(joined, send(xs[i], comm, rank, tag));
+  return joined;
+}
+
 Variables recv_list(Communicator& comm, int rank, const Variable& delegate, int tag, std::optional<Device> device) {
   return call<RecvFunction>(delegate_inputs(delegate), comm, rank, tag, device);
 }
@@ -159,3 +180,13 @@ Variable recv(Communicator& comm, int rank, const Variable& delegate, int tag, s
 }
 
 }  // namespace tandem::functions
+
+namespace tandem::comm_detail {
+
+std::optional<SendRecord> send_record(const FunctionNode& node) {
+  const auto* send = dynamic_cast<const functions::SendFunction*>(&node);
+  if (send == nullptr) return std::nullopt;
+  return send->record();
+}
+
+}  // namespace tandem::comm_detail

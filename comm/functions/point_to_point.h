@@ -14,17 +14,35 @@
 // dtypes. Both ranks must record the graph alike (both under NoGradGuard or neither): a
 // mismatch is an error.
 //
+// Order: the peer receives the messages to it (on one tag) in the order the sends *ran*, and
+// C++ leaves the order in which a call's arguments are evaluated unspecified (GCC evaluates the
+// last first). So
+//   F::pseudo_connect(F::send(a, *comm, 1), F::send(b, *comm, 1));   // wrong: b may go first
+// can hand b to the peer's first recv: with equal shapes nothing notices, and the gradients of a
+// and b come back swapped. Send several variables to one peer with one call, which sends them in
+// list order and returns one delegate, or with one send per statement:
+//   Variable phi = F::send_each({a, b}, *comm, 1);   // the peer: recv gives a, the next recv b
+//   Variable phi = F::send(Variables{a, b}, *comm, 1);   // the peer: recv_list gives {a, b}
+// TANDEM_CHECK_SEND_ORDER=1 turns the pseudo_connect above into an error (pseudo_connect.h).
+//
 // Devices: the delegate lives on the device of the (first) sent variable, and the gradient
 // that comes back lands on the device of the variable it belongs to. A received variable lands
-// on recv's `device` when given (ChainerMN's recv(..., device)), else on the delegate's device
-// when one is passed, else where the communicator puts it (communicator.h: on the CPU when the
-// sender's tensor was, otherwise on comm.device()).
+// on recv's `device` when given (ChainerMN's recv(..., device); bcast, scatter and gather take
+// the same last argument, collectives.h), else on the delegate's device when one is passed, else
+// where the communicator puts it (communicator.h: on the CPU when the sender's tensor was,
+// otherwise on comm.device()). The dtype and shape always come with the message.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "autograd/variable.h"
 #include "comm/communicator.h"
+
+namespace tandem {
+class FunctionNode;
+}
 
 namespace tandem::functions {
 
@@ -32,13 +50,33 @@ namespace tandem::functions {
 Variable send(const Variable& x, Communicator& comm, int rank, int tag = 0);
 Variable send(const Variables& xs, Communicator& comm, int rank, int tag = 0);
 
+// Sends each of xs to `rank` as a message of its own, in list order, so that the peer receives
+// them with one recv each (xs[0] first); returns one delegate for all of them. The same traffic
+// as one F::send per variable in separate statements, joined with pseudo_connect in that order.
+Variable send_each(const Variables& xs, Communicator& comm, int rank, int tag = 0);
+
 // Receives one variable from `rank`: its dtype and shape come with the message. delegate (the
 // result of an earlier send on this rank, if any) becomes an input, so that backward from
-// the received variable reaches that send. A list sent as such is an error here: use
-// recv_list (ChainerMN's force_tuple).
+// the received variable reaches that send. device: where the variable lands (see above). A list
+// sent as such is an error here: use recv_list (ChainerMN's force_tuple).
 Variable recv(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0,
               std::optional<Device> device = std::nullopt);
 Variables recv_list(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0,
                     std::optional<Device> device = std::nullopt);
 
 }  // namespace tandem::functions
+
+namespace tandem::comm_detail {
+
+// What pseudo_connect's order check (pseudo_connect.h) needs to know of a send.
+struct SendRecord {
+  const Communicator* comm;
+  int peer, tag;
+  std::int64_t sequence;  // the send node's place on the tape: the order the sends ran
+  std::string what;       // "send of f32[4] 'a' to rank 1 (tag 0)"
+};
+
+// The record of `node` when it is a send, else nullopt.
+std::optional<SendRecord> send_record(const FunctionNode& node);
+
+}  // namespace tandem::comm_detail

@@ -42,11 +42,13 @@ void MultiNodeChainList::check_component(const Ranks& rank_in, const Ranks& rank
 }
 
 Variable MultiNodeChainList::forward(const Variable& x) {
-  Variables ys = forward_many({x});
+  Variables ys = forward_many(x.defined() ? Variables{x} : Variables{});
   TANDEM_CHECK(ys.size() == 1, "MultiNodeChainList on rank ", comm_->rank(), ": the output is ", ys.size(),
                " variables; use forward_many");
   return ys[0];
 }
+
+Variable MultiNodeChainList::forward() { return forward(Variable()); }
 
 Variables MultiNodeChainList::forward_many(const Variables& inputs) {
   const int me = comm_->rank();

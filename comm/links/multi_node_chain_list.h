@@ -10,10 +10,16 @@
 //   model.add_link(l1, {}, 1);                 model.add_link(l2, 0, 0);
 //   model.add_link(l3, 1, {});
 //
-// forward() runs the components in order, receiving and sending as declared, and joins every
+// forward(x) runs the components in order, receiving and sending as declared, and joins every
 // send's delegate variable to the next receive (or, at the end, to the output with
 // pseudo_connect), so backward from the output runs every communication of this rank. A rank
-// without an output gets a delegate variable: call backward() on it.
+// without an output gets a delegate variable: call backward() on it. A rank without an input
+// (every component receives from a rank) calls forward() with no argument:
+//
+//   Variable y = model.forward(x);      // rank 0: y = l3(...), the loss follows
+//   model.forward().backward();         // rank 1: the delegate
+//
+// Received variables land on this list's device (Link::to), as ChainerMN's recv(device=).
 #pragma once
 
 #include <deque>
@@ -56,6 +62,10 @@ class MultiNodeChainList : public ChainList {
   // none. Errors: a second component without rank_out, an input from this rank that no
   // earlier component produced, a value sent to this rank that nothing consumed.
   Variable forward(const Variable& x) override;
+  // On a rank without an input (its components with rank_in {}, if any, are given none);
+  // forward(Variable()) is the same.
+  Variable forward();
+  // xs go to every component with rank_in {}; several outputs come back as a list.
   Variables forward_many(const Variables& xs) override;
 
   Communicator& communicator() const { return *comm_; }

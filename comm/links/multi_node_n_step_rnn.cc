@@ -18,9 +18,13 @@ MultiNodeNStepRNN::MultiNodeNStepRNN(std::shared_ptr<NStepLSTM> lstm, Communicat
   add_link("rnn", lstm_);
 }
 
+MultiNodeNStepRNNResult MultiNodeNStepRNN::forward(const Variables& xs) { return forward(Variable(), Variable(), xs); }
+
 MultiNodeNStepRNNResult MultiNodeNStepRNN::forward(const Variable& hx, const Variable& cx, const Variables& xs) {
   Variable h = hx, c = cx;
   if (rank_in_ >= 0) {
+    TANDEM_CHECK(!hx.defined() && !cx.defined(), "MultiNodeNStepRNN on rank ", comm_->rank(),
+                 ": the initial state comes from rank ", rank_in_, "; call forward(xs) without hx and cx");
     Variables state = F::recv_list(*comm_, rank_in_, Variable(), 0, device());  // on the LSTM's device
     TANDEM_CHECK(state.size() == 2, "MultiNodeNStepRNN on rank ", comm_->rank(), ": rank ", rank_in_, " sent ",
                  state.size(), " variables, not the pair (hy, cy)");

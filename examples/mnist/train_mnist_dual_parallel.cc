@@ -101,12 +101,12 @@ int main(int argc, char** argv) {
   } else {
     chain->add_link(std::make_shared<examples::MLPLastLayers>(units), 0, 0);
     model = chain;
-    loss = [chain](const Example&) { return LossResult{chain->forward_many({})[0], {}}; };
+    loss = [chain](const Example&) { return LossResult{chain->forward(), {}}; };  // no input: the delegate
     eval = [chain](const Example&) {
-      chain->forward_many({});
+      chain->forward();
       return Observation{};
     };
-    forward_once = [chain] { chain->forward_many({}); };
+    forward_once = [chain] { chain->forward(); };
   }
 
   auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), data_comm);

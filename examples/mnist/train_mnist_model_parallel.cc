@@ -49,9 +49,10 @@ class ExplicitRank1 : public Chain {
   ExplicitRank1(CommunicatorPtr comm, std::int64_t units) : comm_(std::move(comm)) {
     last = add_link("0", std::make_shared<examples::MLPLastLayers>(units));
   }
-  Variables forward_many(const Variables&) override {
+  // No input: rank 1's data comes from rank 0.
+  Variable forward() {
     Variable h = F::recv(*comm_, 0, Variable(), 0, device());  // onto this rank's device
-    return {F::send((*last)(h), *comm_, 0)};  // a delegate: backward() on it runs the exchange
+    return F::send((*last)(h), *comm_, 0);  // a delegate: backward() on it runs the exchange
   }
   std::shared_ptr<examples::MLPLastLayers> last;
 
@@ -117,19 +118,23 @@ int main(int argc, char** argv) {
       classifier->forward(Variable(batch[0]), Variable(batch[1]));
     };
   } else {
+    std::function<Variable()> forward;  // rank 1 has no input; its result is the delegate
     if (form == "chainlist") {
       auto chain = std::make_shared<MultiNodeChainList>(comm);
       chain->add_link(std::make_shared<examples::MLPLastLayers>(units), 0, 0);
       model = chain;
+      forward = [chain] { return chain->forward(); };
     } else {
-      model = std::make_shared<ExplicitRank1>(comm, units);
+      auto chain = std::make_shared<ExplicitRank1>(comm, units);
+      model = chain;
+      forward = [chain] { return chain->forward(); };
     }
-    loss = [model](const Example&) { return LossResult{model->forward_many({})[0], {}}; };
-    eval = [model](const Example&) {
-      model->forward_many({});
+    loss = [forward](const Example&) { return LossResult{forward(), {}}; };
+    eval = [forward](const Example&) {
+      forward();
       return Observation{};
     };
-    forward_once = [model] { model->forward_many({}); };
+    forward_once = forward;
   }
 
   auto optimizer = std::make_shared<Adam>();

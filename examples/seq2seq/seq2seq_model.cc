@@ -48,7 +48,7 @@ MultiNodeNStepRNNResult Encoder::forward(const TokenSequences& sources) {
     std::reverse(sequence.begin(), sequence.end());
   }
   const Variables xs = embed_sequences(*embed_, reversed);
-  if (multi_node_) return multi_node_->forward(Variable(), Variable(), xs);
+  if (multi_node_) return multi_node_->forward(xs);
   functions::NStepLSTMResult out = lstm_->forward(Variable(), Variable(), xs);
   return {out.hy, out.cy, out.ys, Variable()};
 }
@@ -64,7 +64,7 @@ Decoder::Decoder(const Seq2seqOptions& options, CommunicatorPtr comm, int encode
 functions::NStepLSTMResult Decoder::run_lstm(const Variable& hx, const Variable& cx, const Variables& xs,
                                              bool first) {
   if (first && multi_node_) {
-    MultiNodeNStepRNNResult out = multi_node_->forward(Variable(), Variable(), xs);
+    MultiNodeNStepRNNResult out = multi_node_->forward(xs);  // the state comes from the encoder
     return {out.hy, out.cy, out.ys};
   }
   return lstm_->forward(hx, cx, xs);

@@ -365,3 +365,35 @@ TEST_CASE("collective forward values") {
   Variable s = F::scatter(comm, r == 0 ? pieces : Variables{}, 0);
   require_values(s.data(), {static_cast<double>(r)});
 }
+
+// The device argument that recv, bcast, gather and scatter share (the last one), on the CPU;
+// tests/comm/device_argument_test.cc places results on a stand-in GPU.
+TEST_CASE("recv, bcast, gather and scatter take the device as their last argument") {
+  Communicator& comm = world();
+  const int n = comm.size(), r = comm.rank();
+  const Device cpu = Device::cpu();
+  Variable x(full({2}, r + 1.0), true);
+  Variable phi = F::send(x, comm, (r + 1) % n);
+  Variable got = F::recv(comm, (r + n - 1) % n, phi, 0, cpu);
+  REQUIRE(got.device() == cpu);
+  require_values(got.data(), {(r + n - 1) % n + 1.0, (r + n - 1) % n + 1.0});
+  Variable b = F::bcast(comm, r == 0 ? x : Variable(), 0, cpu);
+  Variable s = F::scatter(comm, r == 0 ? Variables(n, x) : Variables{}, 0, cpu);
+  Variables g = F::gather(comm, x, 0, cpu);
+  Variable total = F::add(F::add(F::sum(got), F::sum(b)), F::sum(s));
+  if (r == 0) {
+    for (const Variable& gi : g) total = F::add(total, F::sum(gi));
+  } else {
+    total = F::pseudo_connect(g[0], total);  // gather's delegate
+  }
+  total.backward();
+  // d/dx: b and s carry rank 0's x to every rank, g every rank's x to rank 0; got's x is the
+  // next rank's.
+  require_values(x.grad(), std::vector<double>(2, r == 0 ? 2.0 * n + 2 : 2.0));
+  require_values(comm.bcast(r == 0 ? x.data() : Tensor(), 0, cpu), {1, 1});
+  Tensor mine = comm.scatter(r == 0 ? std::vector<Tensor>(n, x.data()) : std::vector<Tensor>{}, 0, cpu);
+  require_values(mine, {1, 1});
+  REQUIRE(comm.gather(x.data(), 0, cpu).size() == (r == 0 ? static_cast<std::size_t>(n) : 0u));
+  if (r == 0) comm.send(x.data(), 1, 9);
+  if (r == 1) require_values(comm.recv(0, 9, cpu), {1, 1});
+}

@@ -8,6 +8,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/functions.h"
+#include "comm/functions/pseudo_connect.h"
 #include "comm/links/multi_node_chain_list.h"
 #include "layers/links/linear.h"
 #include "tests/core/test_util.h"
@@ -19,6 +20,13 @@ using Catch::Matchers::Contains;
 namespace {
 
 constexpr std::int64_t kWidth = 4;
+
+// Every shape below also runs under the send-order check (comm/functions/pseudo_connect.h): the
+// list joins its delegates in the order of their sends, so the check must never fire.
+const bool kCheckSendOrder = [] {
+  F::set_check_send_order(true);
+  return true;
+}();
 
 CommunicatorPtr world() {
   static CommunicatorPtr comm = create_communicator("naive");
@@ -100,12 +108,12 @@ class Reference {
   std::map<int, double> loss_;
 };
 
-// Runs this rank's model on its input, backpropagates its loss (or its delegate), and
-// compares the loss and every component's gradients with the reference.
+// Runs this rank's model on its input (forward() on a rank without one), backpropagates its loss
+// (or its delegate), and compares the loss and every component's gradients with the reference.
 void run_and_compare(MultiNodeChainList& model, const std::vector<std::uint64_t>& seeds, bool has_output,
-                     Reference& reference) {
+                     Reference& reference, bool has_input = true) {
   const int rank = model.communicator().rank();
-  Variable y = model(Variable(input(rank)));
+  Variable y = has_input ? model(Variable(input(rank))) : model.forward();
   if (has_output) {
     Variable loss = weighted_loss(y, rank);
     loss.backward();
@@ -143,7 +151,7 @@ TEST_CASE("cycle through all ranks") {
     run_and_compare(model, {0, 1000}, true, ref);
   } else {
     model.add_link(std::make_shared<Stage>(r), r - 1, (r + 1) % n);
-    run_and_compare(model, {static_cast<std::uint64_t>(r)}, false, ref);
+    run_and_compare(model, {static_cast<std::uint64_t>(r)}, false, ref, /*has_input=*/false);
   }
 }
 
@@ -189,7 +197,7 @@ TEST_CASE("branching: a parent sends to its children and itself and collects the
     run_and_compare(model, {30, 31}, true, ref);
   } else {
     model.add_link(std::make_shared<Stage>(40 + r), 0, 0);
-    run_and_compare(model, {static_cast<std::uint64_t>(40 + r)}, false, ref);
+    run_and_compare(model, {static_cast<std::uint64_t>(40 + r)}, false, ref, /*has_input=*/false);
   }
 }
 
@@ -254,7 +262,32 @@ TEST_CASE("tuple data: a component sends a pair") {
     run_and_compare(model, {60, 62}, true, ref);
   } else if (r == 1) {
     model.add_link(std::make_shared<PairMix>(70), 0, 0);
-    run_and_compare(model, {70}, false, ref);
+    run_and_compare(model, {70}, false, ref, /*has_input=*/false);
+  }
+}
+
+TEST_CASE("a rank without input: forward() and forward(Variable()) are the same call") {
+  auto comm = world();
+  const int r = comm->rank();
+  REQUIRE(kCheckSendOrder);
+  Reference ref;
+  Variable h = ref.get<Stage>(81)->forward(ref.get<Stage>(80)->forward(Variable(input(0))));
+  ref.backward({{0, ref.get<Stage>(82)->forward(h)}});
+  for (bool with_undefined : {false, true}) {
+    MultiNodeChainList model(comm);
+    if (r == 0) {
+      model.add_link(std::make_shared<Stage>(80), {}, 1);
+      model.add_link(std::make_shared<Stage>(82), 1, {});
+      run_and_compare(model, {80, 82}, true, ref);
+    } else if (r == 1) {
+      model.add_link(std::make_shared<Stage>(81), 0, 0);
+      Variable delegate = with_undefined ? model.forward(Variable()) : model.forward();
+      REQUIRE(delegate.numel() == 0);
+      delegate.backward();
+      const auto got = model[0]->namedparams(), want = ref.link(81).namedparams();
+      for (std::size_t p = 0; p < got.size(); ++p)
+        test_util::require_values(got[p].second.grad(), test_util::values(want[p].second.grad()), 1e-4, 1e-6);
+    }
   }
 }
 
