@@ -49,6 +49,7 @@ class ExplicitRank1 : public Chain {
   ExplicitRank1(CommunicatorPtr comm, std::int64_t units) : comm_(std::move(comm)) {
     last = add_link("0", std::make_shared<examples::MLPLastLayers>(units));
   }
+  using Chain::forward;
   // No input: rank 1's data comes from rank 0.
   Variable forward() {
     Variable h = F::recv(*comm_, 0, Variable(), 0, device());  // onto this rank's device
