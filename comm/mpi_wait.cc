@@ -155,12 +155,23 @@ const MpiCommunicator::Header* MpiCommunicator::early_collective_header(int peer
 }
 
 void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_seconds) {
-  const int failed = comm_detail::failed_peer();
-  if (failed >= 0) {
+  // Checked after what the peers waited for did (a finished peer's evidence names more than
+  // another peer's failure caused by it).
+  auto check_failed_peers = [&] {
+    const int failed = comm_detail::failed_peer();
+    if (failed < 0) return;
     const comm_detail::TrafficReport& report = comm_detail::failed_report(failed);
-    TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: ", who(failed),
-                " failed: ", report.failure, never_received(report, failed));
-  }
+    std::string waited_for;  // what the peer this rank waits for did, when it has finished
+    if (context.peer >= 0 && world_rank_of_[context.peer] != failed) {
+      const int world_peer = world_rank_of_[context.peer];
+      if (const comm_detail::TrafficReport* finished = comm_detail::finished_report(world_peer)) {
+        waited_for = detail::concat("; rank ", context.peer, ", which this rank waits for, has finished (reached "
+                                    "MPI_Finalize)", never_received(*finished, world_peer));
+      }
+    }
+    TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: ", who(failed), " failed: ",
+                report.failure, never_received(report, failed), waited_for);
+  };
   const std::string cycle = comm_detail::poll_deadlock(waited_seconds);
   if (!cycle.empty()) {
     TANDEM_FAIL("comm: deadlock: ", context.operation, " on rank ", rank_, " can never complete: ", cycle,
@@ -187,6 +198,7 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
                     never_received(*comm_detail::finished_report(world_rank_of_[peer]), world_rank_of_[peer]));
       }
     }
+    check_failed_peers();
     return;
   }
   const int peer = context.peer;
@@ -196,6 +208,7 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
                 "; the ranks' programs do not communicate in matching ways",
                 never_received(*comm_detail::finished_report(world_rank_of_[peer]), world_rank_of_[peer]));
   }
+  check_failed_peers();
   if (context.in_collective) return;
   // Has the peer entered a collective this rank has not?
   if (const Header* entered = early_collective_header(peer)) {
