@@ -136,8 +136,14 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Rank 0's parameters to every rank (the link must have the same parameters everywhere;
   // parameters not initialised yet are skipped, consistently on every rank).
   void bcast_data(Link& link);
-  // Averages every parameter's gradient over ranks with one packed allreduce per dtype. A
-  // parameter without a gradient is an error, or counts as zeros when zero_fill.
+  // Averages every parameter's gradient over ranks with one packed allreduce per dtype, after
+  // one small collective in which the ranks agree on who has which gradient (and that their
+  // parameter lists match). As in ChainerMN, a parameter with a gradient on no rank is skipped
+  // (it stays without one), or gets zeros when zero_fill. One with a gradient on some ranks only
+  // counts as zeros where missing when zero_fill; otherwise it is an error on every rank, the same
+  // text naming the parameter and the ranks with and without its gradient. Under check_finite
+  // (autograd/check_finite.h) a NaN/Inf gradient is an error on every rank, naming the rank(s)
+  // and parameter. Errors come before any gradient changes.
   void multi_node_mean_grad(Link& link, bool zero_fill = false);
 
   // --- for the differentiable functions (comm/functions) ------------------------------------

@@ -1,5 +1,6 @@
 // The data-parallel members of Communicator: broadcasting parameters and averaging gradients,
-// one packed buffer per dtype so that a model costs one collective, not one per parameter.
+// one packed buffer per dtype so that a model costs one collective, not one per parameter
+// (averaging adds one small collective first, in which the ranks agree on who has which gradient).
 #include <map>
 
 #include "autograd/check_finite.h"
@@ -63,6 +64,68 @@ std::vector<Tensor> slots(const Tensor& flat, const std::vector<Entry>& entries)
   return views;
 }
 
+// Who has a gradient, as every rank learns it before any gradient moves (see
+// multi_node_mean_grad): one row per rank of 64-bit words, word 0 the index + 1 of the rank's
+// first parameter with a NaN/Inf gradient under check_finite (0: none), then one bit per
+// parameter, set where the rank has its gradient.
+class GradientCensus {
+ public:
+  GradientCensus(int size, std::size_t params)
+      : words_(1 + static_cast<std::int64_t>((params + 63) / 64)), rows_(zeros({size, words_}, DType::i64)) {}
+
+  // This rank's row.
+  void set_present(int rank, std::size_t param) {
+    word(rank, 1 + static_cast<std::int64_t>(param / 64)) |= std::uint64_t(1) << (param % 64);
+  }
+  void set_nonfinite(int rank, std::size_t param) { word(rank, 0) = param + 1; }
+
+  const Tensor& rows() const { return rows_; }
+  void set_rows(const Tensor& rows) { rows_ = rows; }
+
+  bool present(int rank, std::size_t param) const {
+    return (word(rank, 1 + static_cast<std::int64_t>(param / 64)) >> (param % 64)) & 1;
+  }
+  // The index of the rank's first parameter with a NaN/Inf gradient, or -1.
+  std::int64_t nonfinite(int rank) const { return static_cast<std::int64_t>(word(rank, 0)) - 1; }
+
+ private:
+  std::uint64_t& word(int rank, std::int64_t i) {
+    return reinterpret_cast<std::uint64_t*>(rows_.data<std::int64_t>())[rank * words_ + i];
+  }
+  std::uint64_t word(int rank, std::int64_t i) const {
+    return static_cast<std::uint64_t>(rows_.data<std::int64_t>()[rank * words_ + i]);
+  }
+
+  std::int64_t words_;
+  Tensor rows_;
+};
+
+// "rank 1", "ranks 1 and 2", "ranks 0, 2-5 and 7" (runs of three or more as ranges).
+std::string ranks_str(const std::vector<int>& ranks) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (j - i >= 2) {
+      parts.push_back(detail::concat(ranks[i], "-", ranks[j]));
+    } else {
+      for (std::size_t k = i; k <= j; ++k) parts.push_back(std::to_string(ranks[k]));
+    }
+    i = j + 1;
+  }
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += i + 1 == parts.size() ? " and " : ", ";
+    out += parts[i];
+  }
+  return out;
+}
+
+// A parameter as every rank can name it: "'l2/W' (f64[2, 4])" (no device: ranks' devices differ).
+std::string param_str(const Entry& e) {
+  return detail::concat("'", e.name, "' (", dtype_name(e.param.dtype()), shape_str(e.param.shape()), ")");
+}
+
 }  // namespace
 
 void Communicator::bcast_data(Link& link) {
@@ -90,46 +153,98 @@ void Communicator::bcast_data(Link& link) {
 }
 
 void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
-  for (auto& [dtype, entries] : by_dtype(link)) {
+  std::vector<Entry> all;
+  for (auto& [name, param] : link.namedparams()) all.push_back({name, param});
+
+  // 1. Agreement, one small collective before any gradient moves: every rank contributes its row
+  // of the census (which gradients it has, and its first NaN/Inf under check_finite) and the sum
+  // gives every rank every row. Its digest covers the whole parameter list, so ranks whose
+  // models differ fail here, on every rank. Every rank then takes the same decisions below: an
+  // error is an error everywhere, and no rank waits in an allreduce the others skipped.
+  GradientCensus census(size_, all.size());
+  const bool check_finite = check_finite_enabled();
+  std::string nonfinite_here;  // what check_finite found on this rank
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Tensor& grad = all[i].param.grad();
+    if (!grad.defined()) continue;
+    census.set_present(rank_, i);
+    if (check_finite && nonfinite_here.empty()) {
+      nonfinite_here = first_nonfinite(grad);
+      if (!nonfinite_here.empty()) census.set_nonfinite(rank_, i);
+    }
+  }
+  try {
+    census.set_rows(allreduce_checked(census.rows(), AllreduceOp::sum, params_digest(all), "multi_node_mean_grad"));
+  } catch (const Error& e) {
+    TANDEM_FAIL("multi_node_mean_grad on rank ", rank_, ": the ranks cannot agree on the parameter list (their "
+                "models differ in names, shapes or dtypes, or not every rank is here); ", e.what());
+  }
+
+  // 2. The verdict. A parameter with a gradient on no rank is skipped (ChainerMN's behaviour: it
+  // stays without one), or zeros with zero_fill; one with a gradient on some ranks only is an
+  // error without zero_fill (the same text on every rank, naming the ranks), zeros where missing
+  // with it.
+  std::vector<std::vector<int>> without(all.size()), with(all.size());
+  std::vector<std::size_t> disputed;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (int r = 0; r < size_; ++r) (census.present(r, i) ? with : without)[i].push_back(r);
+    if (!with[i].empty() && !without[i].empty()) disputed.push_back(i);
+  }
+  if (!zero_fill && !disputed.empty()) {
+    constexpr std::size_t kNamed = 3;
+    std::string list;
+    for (std::size_t k = 0; k < disputed.size() && k < kNamed; ++k) {
+      const std::size_t i = disputed[k];
+      list += detail::concat(k ? "; " : "", param_str(all[i]), " has none on ", ranks_str(without[i]),
+                             " but one on ", ranks_str(with[i]));
+    }
+    if (disputed.size() > kNamed)
+      list += detail::concat("; and ", disputed.size() - kNamed, " more (", disputed.size(), " parameters in all)");
+    TANDEM_FAIL("multi_node_mean_grad: the ranks disagree on which parameters have a gradient: ", list,
+                ". Pass zero_fill = true to count a missing gradient as zeros (a parameter with a gradient on "
+                "no rank is skipped); no gradient was averaged");
+  }
+  // A NaN/Inf under check_finite stops every rank before the mean spreads it to all of them.
+  std::vector<std::string> nonfinite;
+  for (int r = 0; r < size_; ++r) {
+    const std::int64_t i = census.nonfinite(r);
+    if (i < 0) continue;
+    const Entry& e = all[static_cast<std::size_t>(i)];
+    nonfinite.push_back(r == rank_ ? detail::concat("on rank ", r, " the gradient of parameter '", e.name,
+                                                    "' holds ", nonfinite_here)
+                                   : detail::concat("rank ", r, " has a NaN/Inf gradient in parameter ",
+                                                    param_str(e)));
+  }
+  if (!nonfinite.empty()) {
+    std::string list;
+    for (std::size_t k = 0; k < nonfinite.size(); ++k) list += (k ? "; " : "") + nonfinite[k];
+    TANDEM_FAIL("check_finite: multi_node_mean_grad: ", list, " before the allreduce; no gradient was averaged");
+  }
+
+  // 3. One packed allreduce per dtype of the gradients that some rank has (missing ones as zeros).
+  std::map<DType, std::vector<Entry>> groups;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    Entry& e = all[i];
+    if (!with[i].empty()) {
+      groups[e.param.dtype()].push_back(e);
+    } else if (zero_fill) {
+      e.param.set_grad(zeros(e.param.shape(), e.param.dtype(), e.param.data().device()));
+    }
+  }
+  for (auto& [dtype, entries] : groups) {
     const Device device = group_device(entries);
     Tensor flat({total_numel(entries)}, dtype, device);
     std::vector<Tensor> views = slots(flat, entries);
-    std::string missing, nonfinite;
-    const bool check_finite = check_finite_enabled();
     for (std::size_t i = 0; i < entries.size(); ++i) {
-      const Entry& e = entries[i];
-      const Tensor& grad = e.param.grad();
+      const Tensor& grad = entries[i].param.grad();
       if (grad.defined()) {
         views[i].copy_(grad);
-        if (check_finite && nonfinite.empty()) {
-          const std::string bad = first_nonfinite(grad);
-          if (!bad.empty()) nonfinite = "'" + e.name + "' holds " + bad;
-        }
       } else {
-        if (!zero_fill && missing.empty()) missing = "'" + e.name + "' (" + e.param.data().description() + ")";
-        views[i].copy_(zeros(e.param.shape(), dtype, device));
+        views[i].copy_(zeros(entries[i].param.shape(), dtype, device));
       }
     }
-    // A missing gradient must stop every rank, not just this one (the others would wait in
-    // the allreduce): the digest then differs, so the collective fails everywhere.
-    // So must a NaN/Inf under check_finite, before the mean spreads it to every rank.
-    const std::string why =
-        !missing.empty()
-            ? detail::concat("multi_node_mean_grad: parameter ", missing, " has no gradient on rank ", rank_,
-                             "; pass zero_fill = true to count a missing gradient as zeros")
-            : detail::concat("check_finite: multi_node_mean_grad: on rank ", rank_, " the gradient of parameter ",
-                             nonfinite, " before the allreduce");
-    const bool fault = !missing.empty() || !nonfinite.empty();
-    Tensor mean;
-    try {
-      mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries) + (fault ? 1 : 0),
-                               "multi_node_mean_grad");
-    } catch (const Error& e) {
-      if (fault) TANDEM_FAIL(why);
-      TANDEM_FAIL("multi_node_mean_grad on rank ", rank_, ": the ranks' models differ, or another rank lacks a "
-                  "gradient (without zero_fill) or has a NaN/Inf gradient (with check_finite); ", e.what());
-    }
-    TANDEM_CHECK(!fault, why);
+    // The census agreed on these lists; the digest checks it again for free.
+    const Tensor mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries), "multi_node_mean_grad");
     // Each parameter's gradient is a view of the mean, on the parameter's device.
     const std::vector<Tensor> means = slots(mean, entries);
     for (std::size_t i = 0; i < entries.size(); ++i) {

@@ -7,8 +7,9 @@
 // gradients came from other weights), as ChainerMN always does; if they are (the same seed, or
 // resumed from the same snapshot), it updates, so resuming loses no step. Every update that
 // goes ahead first averages the gradients over the ranks with one packed allreduce
-// (Communicator::multi_node_mean_grad), then runs the hooks and the update rule as usual. With zero_fill, a parameter
-// without a gradient on some rank counts as zeros there; otherwise it is an error.
+// (Communicator::multi_node_mean_grad), then runs the hooks and the update rule as usual. A parameter
+// without a gradient on every rank is skipped (not updated); one without a gradient on some ranks
+// only counts as zeros there with zero_fill, and is an error on every rank otherwise.
 #pragma once
 
 #include "comm/communicator.h"

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "autograd/check_finite.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
@@ -668,21 +670,119 @@ TEST_CASE("data parallel: multi_node_mean_grad averages every gradient") {
   }
 }
 
-TEST_CASE("data parallel: a missing gradient is an error on every rank, or zeros with zero_fill") {
+namespace {
+
+// How the errors list one or two ranks: "rank 1", "ranks 0 and 2" (longer lists write runs of
+// three or more as ranges, "ranks 0-2 and 4"; the tests compare lists of at most two).
+std::string ranks_text(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+  return "ranks " + std::to_string(ranks[0]) + " and " + std::to_string(ranks[1]);
+}
+
+// Rank 0's text, on every rank: to check that every rank says the same.
+std::string rank0s(Communicator& comm, const std::string& text) { return comm.bcast_obj(text, 0); }
+
+// Checks that every initialised parameter of `model` has the gradient `value` everywhere.
+void check_grads(Link& model, double value) {
+  for (auto& [name, p] : model.namedparams()) {
+    INFO("gradient of " << name);
+    CHECK(p.grad().defined());
+    if (p.grad().defined())
+      check_values(p.grad(), p.shape(), p.dtype(), std::vector<double>(static_cast<std::size_t>(p.numel()), value),
+                   1e-6);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("data parallel: a gradient missing on some ranks only is an error on every rank, naming them") {
   Communicator& comm = world();
   const int rank = comm.rank(), size = comm.size();
   auto model = make_model();
   auto set_all = [&] {
     for (auto& [name, p] : model->namedparams()) p.set_grad(full(p.shape(), rank + 1, p.dtype()));
   };
+  std::vector<int> all_but_1, ranks_from_1;
+  for (int r = 0; r < size; ++r) {
+    if (r != 1) all_but_1.push_back(r);
+    if (r >= 1) ranks_from_1.push_back(r);
+  }
 
-  // Every rank lacks l2/W's gradient: every rank throws (after averaging the f32 group, which
-  // every rank does alike), so the ranks stay in step.
+  // Only rank 1 lacks l2/W's gradient: every rank's error names the parameter and rank 1, in the
+  // same words, and no gradient changed (the ranks decided before any moved).
+  set_all();
+  if (rank == 1) model->get<Linear>("l2")->W().cleargrad();
+  std::string error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  CHECK_THAT(error, Contains("multi_node_mean_grad: the ranks disagree on which parameters have a gradient: "
+                             "'l2/W' (f64[2, 4]) has none on rank 1 but one on ") &&
+                        Contains("zero_fill = true"));
+  if (size <= 3) CHECK_THAT(error, Contains("has none on rank 1 but one on " + ranks_text(all_but_1) + "."));
+  CHECK(error == rank0s(comm, error));
+  CHECK(!model->get<Linear>("l2")->W().grad().defined() == (rank == 1));
+  model->get<Linear>("l2")->W().set_grad(full({2, 4}, rank + 1, DType::f64));
+  check_grads(*model, rank + 1);
+
+  // Ranks 1 to size - 1 lack l1/b's (f32) and l2/b's (f64) gradients: on 3 ranks, "ranks 1 and 2";
+  // parameters of both dtypes are listed together.
+  set_all();
+  if (rank >= 1) {
+    model->get<Linear>("l1")->b().cleargrad();
+    model->get<Linear>("l2")->b().cleargrad();
+  }
+  error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  CHECK_THAT(error, Contains("'l1/b' (f32[4]) has none on ") && Contains("; 'l2/b' (f64[2]) has none on ") &&
+                        Contains("but one on rank 0") && Contains("zero_fill"));
+  if (size <= 3)
+    CHECK_THAT(error, Contains("'l1/b' (f32[4]) has none on " + ranks_text(ranks_from_1) + " but one on rank 0;"));
+  CHECK(error == rank0s(comm, error));
+
+  // Every parameter missing on rank 1: the first three are named, and how many in all.
+  set_all();
+  if (rank == 1) model->cleargrads();
+  error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  CHECK_THAT(error, Contains("'l1/W' (f32[4, 3]) has none on rank 1") && Contains("'l2/W' (f64[2, 4]) has none") &&
+                        Contains("; and 2 more (5 parameters in all)"));
+  CHECK_THAT(error, !Contains("'l2/b'") && !Contains("'lazy/b'"));
+  CHECK(error == rank0s(comm, error));
+}
+
+TEST_CASE("data parallel: a gradient missing on every rank is skipped, or zeros with zero_fill") {
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  auto model = make_model();
+  auto set_all = [&] {
+    for (auto& [name, p] : model->namedparams()) p.set_grad(full(p.shape(), rank + 1, p.dtype()));
+  };
+  const double all_mean = (size + 1) / 2.0;  // mean of 1..size
+
+  // No rank has the gradients of l2/W (f64) and lazy/b (f32): they stay without one, and the
+  // others of both dtypes are averaged.
   set_all();
   model->get<Linear>("l2")->W().cleargrad();
-  const std::string error = error_of([&] { comm.multi_node_mean_grad(*model); });
-  CHECK_THAT(error, Contains("multi_node_mean_grad") && Contains("'l2/W'") &&
-                        Contains("no gradient on rank " + std::to_string(rank)) && Contains("zero_fill"));
+  model->get<Linear>("lazy")->b().cleargrad();
+  CHECK(error_of([&] { comm.multi_node_mean_grad(*model); }) == "(no error)");
+  for (auto& [name, p] : model->namedparams()) {
+    INFO("gradient of " << name);
+    const bool skipped = name == "l2/W" || name == "lazy/b";
+    CHECK(p.grad().defined() == !skipped);
+    if (!skipped && p.grad().defined())
+      check_values(p.grad(), p.shape(), p.dtype(), std::vector<double>(static_cast<std::size_t>(p.numel()), all_mean),
+                   1e-6);
+  }
+
+  // The same with zero_fill: zeros for those, the mean for the others.
+  set_all();
+  model->get<Linear>("l2")->W().cleargrad();
+  model->get<Linear>("lazy")->b().cleargrad();
+  comm.multi_node_mean_grad(*model, /*zero_fill=*/true);
+  for (auto& [name, p] : model->namedparams()) {
+    INFO("gradient of " << name);
+    const bool filled = name == "l2/W" || name == "lazy/b";
+    CHECK(p.grad().defined());
+    if (p.grad().defined())
+      check_values(p.grad(), p.shape(), p.dtype(),
+                   std::vector<double>(static_cast<std::size_t>(p.numel()), filled ? 0 : all_mean), 1e-6);
+  }
 
   // zero_fill: only rank 0 lacks l2's gradients; they count as zeros there.
   set_all();
@@ -691,20 +791,22 @@ TEST_CASE("data parallel: a missing gradient is an error on every rank, or zeros
     model->get<Linear>("l2")->b().cleargrad();
   }
   comm.multi_node_mean_grad(*model, true);
-  const double all_mean = (size + 1) / 2.0;                                 // mean of 1..size
-  const double zero_mean = (size * (size + 1) / 2.0 - 1) / size;            // rank 0's 1 replaced by 0
+  const double zero_mean = (size * (size + 1) / 2.0 - 1) / size;  // rank 0's 1 replaced by 0
   for (auto& [name, p] : model->namedparams()) {
     INFO("gradient of " << name);
     const bool l2 = name.rfind("l2/", 0) == 0;
-    check_values(p.grad(), p.shape(), p.dtype(),
-                 std::vector<double>(static_cast<std::size_t>(p.numel()), l2 ? zero_mean : all_mean), 1e-6);
+    CHECK(p.grad().defined());
+    if (p.grad().defined())
+      check_values(p.grad(), p.shape(), p.dtype(),
+                   std::vector<double>(static_cast<std::size_t>(p.numel()), l2 ? zero_mean : all_mean), 1e-6);
   }
 
-  // zero_fill with no gradient anywhere: zeros.
+  // No gradient anywhere: nothing to do without zero_fill, zeros with it.
   model->cleargrads();
+  CHECK(error_of([&] { comm.multi_node_mean_grad(*model); }) == "(no error)");
+  for (auto& [name, p] : model->namedparams()) CHECK(!p.grad().defined());
   comm.multi_node_mean_grad(*model, true);
-  for (auto& [name, p] : model->namedparams())
-    check_values(p.grad(), p.shape(), p.dtype(), std::vector<double>(static_cast<std::size_t>(p.numel()), 0));
+  check_grads(*model, 0);
 }
 
 TEST_CASE("data parallel: models that differ between ranks are an error on every rank") {
@@ -716,7 +818,56 @@ TEST_CASE("data parallel: models that differ between ranks are an error on every
   for (auto& [name, p] : model->namedparams()) p.set_grad(full(p.shape(), 1, p.dtype()));
   CHECK_THAT(error_of([&] { comm.multi_node_mean_grad(*model); }),
              Contains("disagree") && Contains("lists of tensors differ") && Contains("allreduce"));
+  // Also where a gradient is missing somewhere: the models' difference is the error.
+  if (comm.rank() == 1) model->get<Linear>("l2")->W().cleargrad();
+  CHECK_THAT(error_of([&] { comm.multi_node_mean_grad(*model); }),
+             Contains("disagree") && Contains("lists of tensors differ") && Contains("allreduce"));
   comm.barrier();
+}
+
+TEST_CASE("data parallel: a NaN gradient under check_finite is an error on every rank, naming its rank") {
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  const int last = size - 1;
+  auto model = make_model();
+  auto set_all = [&] {
+    for (auto& [name, p] : model->namedparams()) p.set_grad(full(p.shape(), rank + 1, p.dtype()));
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  set_check_finite(true);
+
+  // The last rank's l1/b holds a NaN: it names the element, the others name its rank and the
+  // parameter, and no gradient was averaged (the NaN did not spread).
+  set_all();
+  if (rank == last) model->get<Linear>("l1")->b().set_grad(from_values({4}, DType::f32, {1, nan, 1, 1}));
+  std::string error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  CHECK_THAT(error, Contains("check_finite: multi_node_mean_grad: "));
+  if (rank == last) {
+    CHECK_THAT(error, Contains("on rank " + std::to_string(last) +
+                               " the gradient of parameter 'l1/b' holds NaN at [1] of f32[4] before the allreduce"));
+  } else {
+    CHECK_THAT(error,
+               Contains("rank " + std::to_string(last) + " has a NaN/Inf gradient in parameter 'l1/b' (f32[4])"));
+  }
+  CHECK(model->get<Linear>("l1")->W().grad().to_vector<double>() == std::vector<double>(12, rank + 1));
+
+  // Ranks 0 and the last, in different parameters: every rank names both.
+  set_all();
+  const double inf = std::numeric_limits<double>::infinity();
+  if (rank == 0) model->get<Linear>("l2")->W().set_grad(full({2, 4}, inf, DType::f64));
+  if (rank == last) model->get<Linear>("l1")->b().set_grad(from_values({4}, DType::f32, {1, nan, 1, 1}));
+  error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  CHECK_THAT(error, Contains(rank == 0 ? "on rank 0 the gradient of parameter 'l2/W' holds"
+                                       : "rank 0 has a NaN/Inf gradient in parameter 'l2/W' (f64[2, 4])"));
+  const std::string l = std::to_string(last);
+  CHECK_THAT(error, Contains(rank == last ? "on rank " + l + " the gradient of parameter 'l1/b' holds NaN"
+                                          : "rank " + l + " has a NaN/Inf gradient in parameter 'l1/b'"));
+
+  // Finite gradients go through.
+  set_all();
+  CHECK(error_of([&] { comm.multi_node_mean_grad(*model); }) == "(no error)");
+  check_grads(*model, (size + 1) / 2.0);
+  set_check_finite(false);
 }
 
 // ============================================================================================
