@@ -39,6 +39,10 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<Communicator> split(int color, int key) override;
   void barrier() override;
 
+  // The overloads that take a landing device (communicator.h) stay visible beside the overrides.
+  using Communicator::bcast;
+  using Communicator::gather;
+  using Communicator::scatter;
   Tensor bcast(const Tensor& x, int root) override;
   std::vector<Tensor> gather(const Tensor& x, int root) override;
   Tensor scatter(const std::vector<Tensor>& xs, int root) override;

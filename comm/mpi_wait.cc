@@ -79,16 +79,17 @@ bool MpiCommunicator::try_receive(int source, int tag, std::vector<char>& bytes)
 
 std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, const WaitContext& context) {
   Poller poller(timeout_seconds_);
-  // A point-to-point receive takes part in the search for cycles of receives.
+  // A point-to-point receive takes part in the search for cycles of receives, from its first
+  // diagnosis on (one that ends sooner costs nothing).
   std::optional<comm_detail::ReceiveWaitScope> receiving;
-  if (!context.in_collective) {
-    receiving.emplace(comm_detail::ReceiveWait{book_->id(), rank_, source, world_rank_of_[source], tag,
-                                               book_->received(source, tag), context.operation});
-  }
   for (;;) {
     std::vector<char> bytes;
     if (try_receive(source, tag, bytes)) return bytes;
     if (poller.idle()) {
+      if (!receiving && !context.in_collective) {
+        receiving.emplace(comm_detail::ReceiveWait{book_->id(), rank_, source, world_rank_of_[source], tag,
+                                                   book_->received(source, tag), context.operation});
+      }
       if (poller.timed_out()) fail_timeout(context, poller.waited());
       // The wanted message may be in flight behind the evidence of a deadlock; look once more
       // before concluding.

@@ -9,6 +9,7 @@
 //   split        rank 0 sends i64[5] to rank 1 on a split communicator, destroyed before the end,
 //                which rank 1 never receives
 //   differentiable  rank 0's F::send of f64[4] on tag 2, never received
+//   cycle        every rank receives from the next (rank 0 from 1, ..., the last from 0): a deadlock
 //   matched      every message is received: the job succeeds
 // OP: barrier bcast gather0 gather1 scatter allgather alltoall allreduce reduce reduce_scatter
 #include <cstdio>
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
     if (rank == 0) pair->send(full({5}, 3.0, DType::i64), 1, 1);
   } else if (mode == "differentiable") {
     if (rank == 0) F::send(Variable(full({4}, 1.0, DType::f64)), *comm, 1, 2);
+  } else if (mode == "cycle") {
+    comm->recv((rank + 1) % comm->size(), 0);
   } else if (mode == "matched") {
     if (rank == 0) comm->send(full({3}, 2.0), 1, 5);
     if (rank == 1) comm->recv(0, 5);

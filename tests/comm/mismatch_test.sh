@@ -41,7 +41,8 @@ for ranks in "${sizes[@]}"; do
   done
   # The same with a receive: rank 0 fails at once (its peer is in a collective), and the others,
   # waiting in the collective, are told why.
-  for op in barrier bcast:bcast gather0:gather gather1:gather allreduce:allreduce reduce_scatter:reduce_scatter; do
+  for op in barrier bcast:bcast gather0:gather gather1:gather scatter:scatter allgather:allgather \
+            alltoall:alltoall allreduce:allreduce reduce:reduce reduce_scatter:reduce_scatter; do
     name="${op#*:}"; op="${op%%:*}"
     run "recv:$op" "$ranks"; failed
     says 0 "recv (from rank 1, tag 5) on rank 0 waits for rank 1, but rank 1 has entered $name"
@@ -68,6 +69,14 @@ for ranks in "${sizes[@]}"; do
   done
   run differentiable "$ranks"; failed
   says 1 "rank 0 sent send (differentiable, forward) f64[4] (tag 2, message #0) to rank 1, which rank 1 never received"
+
+  # 3. A cycle of receives is found without a timeout, and every rank of it names the cycle.
+  run cycle "$ranks"; failed
+  for ((r = 0; r < ranks; ++r)); do
+    says $r "tandem: rank $r of $ranks failed: comm: deadlock: recv (from rank $(( (r + 1) % ranks )), tag 0) on rank $r can never complete"
+    says $r "rank 0 waits in recv (from rank 1, tag 0) for message #0"
+    says $r "rank $((ranks - 1)) waits in recv (from rank 0, tag 0) for message #0"
+  done
 
   # A program whose messages all match ends normally, and tandem says nothing.
   run matched "$ranks"
