@@ -21,10 +21,12 @@
 // Nothing here can hang silently or deliver garbage: every message carries a header (the
 // operation, dtype, shape and a sequence number per peer and tag; see message.h), so a
 // receiver never needs to know what it receives and a mismatch is an error naming both
-// operations. A wait that cannot end (the peer entered a collective this rank has not, or
-// finished) is an error as soon as it is certain; TANDEM_COMM_TIMEOUT=<seconds> (or
-// set_timeout) bounds every other wait. An exception that escapes main() on one rank aborts
-// the whole job (MPI_Abort) with its message on stderr.
+// operations. A wait that cannot end (the peer entered a collective this rank has not,
+// finished or failed, or the ranks form a cycle of receives: comm/deadlock.h) is an error as
+// soon as it is certain; TANDEM_COMM_TIMEOUT=<seconds> (or set_timeout) bounds every other wait.
+// A message that nobody receives fails the job at MPI_Finalize, both ranks naming it
+// (comm/traffic_ledger.h). An exception that escapes main() on one rank tells the other ranks
+// and aborts the whole job (MPI_Abort) with its message on stderr.
 #pragma once
 
 #include <memory>
