@@ -8,6 +8,7 @@
 
 #include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
+#include "core/process_label.h"
 
 namespace tandem {
 
@@ -19,12 +20,6 @@ std::atomic<bool>& enabled() {
     return value != nullptr && std::string(value) == "1";
   }();
   return on;
-}
-
-std::mutex label_mutex;
-std::string& label() {
-  static std::string text;
-  return text;
 }
 
 }  // namespace
@@ -54,14 +49,6 @@ std::string first_nonfinite(const Tensor& t) {
   return out.str();
 }
 
-void set_check_finite_process(std::string text) {
-  std::lock_guard<std::mutex> lock(label_mutex);
-  label() = std::move(text);
-}
-
-std::string check_finite_where() {
-  std::lock_guard<std::mutex> lock(label_mutex);
-  return label().empty() ? "" : " on " + label();
-}
+std::string check_finite_where() { return process_where(); }
 
 }  // namespace tandem

@@ -22,9 +22,7 @@ void set_check_finite(bool on);
 // element, e.g. "NaN at [2, 5] of f32[4, 8]".
 std::string first_nonfinite(const Tensor& t);
 
-// Who this process is, for the errors: "" by default; comm sets "rank R of N".
-void set_check_finite_process(std::string label);
-// " on rank R of N", or "" without a label.
+// " on rank R of N" (core/process_label.h: comm sets it), or "" without a label.
 std::string check_finite_where();
 
 }  // namespace tandem

@@ -30,7 +30,7 @@
 
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/functions/point_to_point.h"
 #include "core/tensor.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 
 namespace tandem::comm_data_detail {
 

@@ -30,7 +30,7 @@
 #include <memory>
 #include <optional>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "data/iterator.h"
 
 namespace tandem {

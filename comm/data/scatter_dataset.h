@@ -22,7 +22,7 @@
 #include <optional>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "data/dataset.h"
 #include "data/sub_dataset.h"
 

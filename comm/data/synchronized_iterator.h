@@ -20,7 +20,7 @@
 #include <memory>
 #include <optional>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "data/iterator.h"
 
 namespace tandem {

@@ -27,7 +27,7 @@
 #include <optional>
 
 #include "autograd/variable.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 
 namespace tandem::functions {
 

@@ -18,7 +18,7 @@
 #pragma once
 
 #include "autograd/variable.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 
 namespace tandem::functions {
 

@@ -38,7 +38,7 @@
 #include <string>
 
 #include "autograd/variable.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 
 namespace tandem {
 class FunctionNode;

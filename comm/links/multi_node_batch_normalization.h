@@ -6,7 +6,7 @@
 // and persistents have BatchNormalization's names, so snapshots load into either.
 #pragma once
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "layers/links/batch_normalization.h"
 
 namespace tandem {

@@ -26,7 +26,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "layers/link.h"
 
 namespace tandem {

@@ -16,7 +16,7 @@
 // link.
 #pragma once
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "layers/links/n_step_lstm.h"
 
 namespace tandem {

@@ -12,7 +12,7 @@
 // iterator) and the same seed for the replicated layers; then a plain optimizer keeps them equal.
 #pragma once
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "layers/links/convolution_2d.h"
 
 namespace tandem {

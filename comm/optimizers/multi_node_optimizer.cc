@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/data_parallel/data_parallel.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -43,11 +44,11 @@ class MultiNodeGradientSync final : public GradientSync {
       // Replicas that already agree (the same seed, or resumed from the same snapshot) need no
       // broadcast, and their gradients are valid: go on to update, so a resumed run loses no step.
       if (!replicas_equal(*comm_, target)) {
-        comm_->bcast_data(target);
+        bcast_data(*comm_, target);
         return false;
       }
     }
-    comm_->multi_node_mean_grad(target, zero_fill_);
+    multi_node_mean_grad(*comm_, target, zero_fill_);
     return true;
   }
 

@@ -12,7 +12,7 @@
 // only counts as zeros there with zero_fill, and is an error on every rank otherwise.
 #pragma once
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "layers/optimizers/optimizer.h"
 
 namespace tandem {

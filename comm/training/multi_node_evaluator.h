@@ -4,7 +4,7 @@
 // metric names (checked collectively: a mismatch is an error on every rank).
 #pragma once
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "training/extensions/evaluator.h"
 
 namespace tandem {

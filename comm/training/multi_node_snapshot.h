@@ -39,7 +39,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "training/trainer.h"
 
 namespace tandem {

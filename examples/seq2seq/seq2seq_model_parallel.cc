@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "autograd/functions.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"

@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "autograd/check_finite.h"
-#include "comm/communicator.h"
-#include "comm/mpi_communicator.h"
+#include "comm/data_parallel/data_parallel.h"
+#include "comm/transport/communicator.h"
+#include "comm/transport/mpi_communicator.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/cuda.h"
@@ -635,7 +636,7 @@ TEST_CASE("data parallel: bcast_data gives every rank rank 0's parameters") {
   const auto params = model->namedparams();
   REQUIRE(params.size() == 5);  // l1/W l1/b l2/W l2/b lazy/b
   fill_params(*model, 1000 * (comm.rank() + 1));
-  comm.bcast_data(*model);
+  bcast_data(comm, *model);
   std::int64_t k = 0;
   for (auto& [name, p] : model->namedparams()) {
     INFO("parameter " << name);
@@ -654,7 +655,7 @@ TEST_CASE("data parallel: multi_node_mean_grad averages every gradient") {
   std::int64_t k = 0;
   for (auto& [name, p] : model->namedparams())
     p.set_grad(from_values(p.shape(), p.dtype(), int_pattern(p.numel(), 10 * rank + k++)));
-  comm.multi_node_mean_grad(*model);
+  multi_node_mean_grad(comm, *model);
   k = 0;
   for (auto& [name, p] : model->namedparams()) {
     std::vector<double> mean(static_cast<std::size_t>(p.numel()), 0);
@@ -712,7 +713,7 @@ TEST_CASE("data parallel: a gradient missing on some ranks only is an error on e
   // same words, and no gradient changed (the ranks decided before any moved).
   set_all();
   if (rank == 1) model->get<Linear>("l2")->W().cleargrad();
-  std::string error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  std::string error = error_of([&] { multi_node_mean_grad(comm, *model); });
   CHECK_THAT(error, Contains("multi_node_mean_grad: the ranks disagree on which parameters have a gradient: "
                              "'l2/W' (f64[2, 4]) has none on rank 1 but one on ") &&
                         Contains("zero_fill = true"));
@@ -729,7 +730,7 @@ TEST_CASE("data parallel: a gradient missing on some ranks only is an error on e
     model->get<Linear>("l1")->b().cleargrad();
     model->get<Linear>("l2")->b().cleargrad();
   }
-  error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  error = error_of([&] { multi_node_mean_grad(comm, *model); });
   CHECK_THAT(error, Contains("'l1/b' (f32[4]) has none on ") && Contains("; 'l2/b' (f64[2]) has none on ") &&
                         Contains("but one on rank 0") && Contains("zero_fill"));
   if (size <= 3)
@@ -739,7 +740,7 @@ TEST_CASE("data parallel: a gradient missing on some ranks only is an error on e
   // Every parameter missing on rank 1: the first three are named, and how many in all.
   set_all();
   if (rank == 1) model->cleargrads();
-  error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  error = error_of([&] { multi_node_mean_grad(comm, *model); });
   CHECK_THAT(error, Contains("'l1/W' (f32[4, 3]) has none on rank 1") && Contains("'l2/W' (f64[2, 4]) has none") &&
                         Contains("; and 2 more (5 parameters in all)"));
   CHECK_THAT(error, !Contains("'l2/b'") && !Contains("'lazy/b'"));
@@ -760,7 +761,7 @@ TEST_CASE("data parallel: a gradient missing on every rank is skipped, or zeros 
   set_all();
   model->get<Linear>("l2")->W().cleargrad();
   model->get<Linear>("lazy")->b().cleargrad();
-  CHECK(error_of([&] { comm.multi_node_mean_grad(*model); }) == "(no error)");
+  CHECK(error_of([&] { multi_node_mean_grad(comm, *model); }) == "(no error)");
   for (auto& [name, p] : model->namedparams()) {
     INFO("gradient of " << name);
     const bool skipped = name == "l2/W" || name == "lazy/b";
@@ -774,7 +775,7 @@ TEST_CASE("data parallel: a gradient missing on every rank is skipped, or zeros 
   set_all();
   model->get<Linear>("l2")->W().cleargrad();
   model->get<Linear>("lazy")->b().cleargrad();
-  comm.multi_node_mean_grad(*model, /*zero_fill=*/true);
+  multi_node_mean_grad(comm, *model, /*zero_fill=*/true);
   for (auto& [name, p] : model->namedparams()) {
     INFO("gradient of " << name);
     const bool filled = name == "l2/W" || name == "lazy/b";
@@ -790,7 +791,7 @@ TEST_CASE("data parallel: a gradient missing on every rank is skipped, or zeros 
     model->get<Linear>("l2")->W().cleargrad();
     model->get<Linear>("l2")->b().cleargrad();
   }
-  comm.multi_node_mean_grad(*model, true);
+  multi_node_mean_grad(comm, *model, true);
   const double zero_mean = (size * (size + 1) / 2.0 - 1) / size;  // rank 0's 1 replaced by 0
   for (auto& [name, p] : model->namedparams()) {
     INFO("gradient of " << name);
@@ -803,9 +804,9 @@ TEST_CASE("data parallel: a gradient missing on every rank is skipped, or zeros 
 
   // No gradient anywhere: nothing to do without zero_fill, zeros with it.
   model->cleargrads();
-  CHECK(error_of([&] { comm.multi_node_mean_grad(*model); }) == "(no error)");
+  CHECK(error_of([&] { multi_node_mean_grad(comm, *model); }) == "(no error)");
   for (auto& [name, p] : model->namedparams()) CHECK(!p.grad().defined());
-  comm.multi_node_mean_grad(*model, true);
+  multi_node_mean_grad(comm, *model, true);
   check_grads(*model, 0);
 }
 
@@ -813,14 +814,14 @@ TEST_CASE("data parallel: models that differ between ranks are an error on every
   Communicator& comm = world();
   // Rank 0's l1 has 5 outputs, the others' 4: same dtypes, different parameter lists.
   auto model = make_model(comm.rank() == 0 ? 5 : 4);
-  CHECK_THAT(error_of([&] { comm.bcast_data(*model); }),
+  CHECK_THAT(error_of([&] { bcast_data(comm, *model); }),
              Contains("disagree") && Contains("lists of tensors differ") && Contains("bcast"));
   for (auto& [name, p] : model->namedparams()) p.set_grad(full(p.shape(), 1, p.dtype()));
-  CHECK_THAT(error_of([&] { comm.multi_node_mean_grad(*model); }),
+  CHECK_THAT(error_of([&] { multi_node_mean_grad(comm, *model); }),
              Contains("disagree") && Contains("lists of tensors differ") && Contains("allreduce"));
   // Also where a gradient is missing somewhere: the models' difference is the error.
   if (comm.rank() == 1) model->get<Linear>("l2")->W().cleargrad();
-  CHECK_THAT(error_of([&] { comm.multi_node_mean_grad(*model); }),
+  CHECK_THAT(error_of([&] { multi_node_mean_grad(comm, *model); }),
              Contains("disagree") && Contains("lists of tensors differ") && Contains("allreduce"));
   comm.barrier();
 }
@@ -840,7 +841,7 @@ TEST_CASE("data parallel: a NaN gradient under check_finite is an error on every
   // parameter, and no gradient was averaged (the NaN did not spread).
   set_all();
   if (rank == last) model->get<Linear>("l1")->b().set_grad(from_values({4}, DType::f32, {1, nan, 1, 1}));
-  std::string error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  std::string error = error_of([&] { multi_node_mean_grad(comm, *model); });
   CHECK_THAT(error, Contains("check_finite: multi_node_mean_grad: "));
   if (rank == last) {
     CHECK_THAT(error, Contains("on rank " + std::to_string(last) +
@@ -856,7 +857,7 @@ TEST_CASE("data parallel: a NaN gradient under check_finite is an error on every
   const double inf = std::numeric_limits<double>::infinity();
   if (rank == 0) model->get<Linear>("l2")->W().set_grad(full({2, 4}, inf, DType::f64));
   if (rank == last) model->get<Linear>("l1")->b().set_grad(from_values({4}, DType::f32, {1, nan, 1, 1}));
-  error = error_of([&] { comm.multi_node_mean_grad(*model); });
+  error = error_of([&] { multi_node_mean_grad(comm, *model); });
   CHECK_THAT(error, Contains(rank == 0 ? "on rank 0 the gradient of parameter 'l2/W' holds"
                                        : "rank 0 has a NaN/Inf gradient in parameter 'l2/W' (f64[2, 4])"));
   const std::string l = std::to_string(last);
@@ -865,7 +866,7 @@ TEST_CASE("data parallel: a NaN gradient under check_finite is an error on every
 
   // Finite gradients go through.
   set_all();
-  CHECK(error_of([&] { comm.multi_node_mean_grad(*model); }) == "(no error)");
+  CHECK(error_of([&] { multi_node_mean_grad(comm, *model); }) == "(no error)");
   check_grads(*model, (size + 1) / 2.0);
   set_check_finite(false);
 }
@@ -1103,7 +1104,7 @@ TEST_CASE("errors: a large send to a peer in a collective fails at once; the mes
   comm.barrier();
 }
 
-// KNOWN BUG (comm/mpi_point_to_point.cc, send_bytes): when the wait of a large send throws, the
+// KNOWN BUG (comm/transport/mpi_point_to_point.cc, send_bytes): when the wait of a large send throws, the
 // payload's MPI_Isend is abandoned still pointing into the caller's tensor, so the message
 // carries whatever that memory holds when the receiver finally receives it (and a freed
 // temporary makes the receiving rank read unmapped memory and abort the job). A send that has

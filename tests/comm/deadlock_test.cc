@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "autograd/functions.h"
 #include "comm/functions.h"
 #include "core/error.h"

@@ -8,9 +8,9 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/functions.h"
-#include "comm/gradcheck.h"
+#include "comm/functions/gradcheck.h"
 #include "tests/core/test_util.h"
 
 using namespace tandem;

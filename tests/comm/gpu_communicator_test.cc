@@ -25,7 +25,8 @@
 #include <vector>
 
 #include "autograd/functions.h"
-#include "comm/communicator.h"
+#include "comm/data_parallel/data_parallel.h"
+#include "comm/transport/communicator.h"
 #include "comm/functions.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"
@@ -432,7 +433,7 @@ TEST_CASE("gpu: pure_nccl moves CPU tensors with MPI, and a CPU/CUDA mix is an e
 // out of memory) is that rank's alone: the peers wait for its header, and its next call of the
 // same collective completes on every rank. (Made after the header exchange, the allocation would
 // fail with the peers' device halves queued, which never complete: see run_device_phase in
-// comm/mpi_collectives.cc.) Stand-in only, which fails an allocation on demand.
+// comm/transport/mpi_collectives.cc.) Stand-in only, which fails an allocation on demand.
 TEST_CASE("gpu: an allocation that fails before a collective commits leaves the communicator usable") {
   if (!nccl_attempt().comm) return;
   Communicator& comm = *nccl_attempt().comm;
@@ -468,8 +469,8 @@ TEST_CASE("gpu: bcast_data and multi_node_mean_grad on a model on the GPU") {
     };
     auto cpu_model = model(Device::cpu());
     auto gpu_model = model(my_gpu());
-    naive().bcast_data(*cpu_model);
-    comm.bcast_data(*gpu_model);
+    bcast_data(naive(), *cpu_model);
+    bcast_data(comm, *gpu_model);
     const auto cpu_params = cpu_model->namedparams(), gpu_params = gpu_model->namedparams();
     REQUIRE(cpu_params.size() == gpu_params.size());
     for (std::size_t i = 0; i < cpu_params.size(); ++i) {
@@ -480,7 +481,7 @@ TEST_CASE("gpu: bcast_data and multi_node_mean_grad on a model on the GPU") {
       link.cleargrads();
       const Tensor x = uniform({2, 4}, 200 + r, -1, 1, DType::f32).to(device);
       F::sum(F::square(link.forward(Variable(x)))).backward();
-      c.multi_node_mean_grad(link);
+      multi_node_mean_grad(c, link);
     };
     step(*cpu_model, naive(), Device::cpu());
     step(*gpu_model, comm, my_gpu());

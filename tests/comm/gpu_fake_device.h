@@ -19,7 +19,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "comm/transport/mpi_communicator.h"
 #include "core/backend.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/error.h"

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";

@@ -1,4 +1,4 @@
-// The message header codec (comm/message.h), single process: encode_header/decode_header
+// The message header codec (comm/transport/message.h), single process: encode_header/decode_header
 // round trips, and decode_header's rejection of every kind of malformed message.
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/message.h"
+#include "comm/transport/message.h"
 #include "core/error.h"
 
 using namespace tandem;

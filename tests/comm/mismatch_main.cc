@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "autograd/functions.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/functions.h"
 #include "core/ops.h"
 

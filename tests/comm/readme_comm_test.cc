@@ -3,7 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/functions.h"
-#include "comm/communicator.h"
+#include "comm/data_parallel/data_parallel.h"
+#include "comm/transport/communicator.h"
 #include "comm/functions.h"
 #include "layers/links/linear.h"
 #include "tests/core/test_util.h"
@@ -58,6 +59,6 @@ TEST_CASE("the README communication snippet runs and matches one process", "[rea
     Tensor want = comm->recv(0, 1);
     test_util::require_values(l2->W().grad(), test_util::values(want), 1e-5);
   }
-  comm->multi_node_mean_grad(*l1, /*zero_fill=*/true);
-  comm->bcast_data(*l3);
+  multi_node_mean_grad(*comm, *l1, /*zero_fill=*/true);
+  bcast_data(*comm, *l3);
 }

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/functions.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/functions.h"
 #include "tests/core/test_util.h"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/message.h"
+#include "comm/transport/message.h"
 #include "core/ops.h"
 #include "core/random.h"
 #include "layers/links/linear.h"

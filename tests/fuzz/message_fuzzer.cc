@@ -1,4 +1,4 @@
-// Fuzz target: the communication message header decoder, comm/message.h (decode_header, the
+// Fuzz target: the communication message header decoder, comm/transport/message.h (decode_header, the
 // first thing a receiver does with bytes from another process).
 //
 // The input is one received message: the header, the shape, and an inline payload when its
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "comm/message.h"
+#include "comm/transport/message.h"
 #include "core/error.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -2,7 +2,7 @@
 // (the same order on every rank, each its own data) on several ranks.
 #include <catch2/catch.hpp>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/data/multi_node_iterator.h"
 #include "comm/data/synchronized_iterator.h"
 #include "data/iterator.h"

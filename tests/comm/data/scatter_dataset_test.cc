@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/data/empty_dataset.h"
 #include "comm/data/scatter_dataset.h"
 #include "data/iterator.h"

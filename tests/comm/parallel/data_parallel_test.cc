@@ -8,6 +8,7 @@
 
 #include "autograd/check_finite.h"
 #include "autograd/functions.h"
+#include "comm/data_parallel/data_parallel.h"
 #include "comm/links/multi_node_n_step_rnn.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "comm/training/multi_node_evaluator.h"
@@ -118,10 +119,10 @@ TEST_CASE("multi_node_mean_grad: a missing gradient stops every rank; zero_fill 
   Linear model(2, 2);
   model.W().set_grad(full({2, 2}, r + 1.0));
   if (r != 0) model.b().set_grad(full({2}, 1.0));  // rank 0 has no gradient for b
-  REQUIRE_THROWS_WITH(comm->multi_node_mean_grad(model), Contains("multi_node_mean_grad"));
+  REQUIRE_THROWS_WITH(multi_node_mean_grad(*comm, model), Contains("multi_node_mean_grad"));
   model.W().set_grad(full({2, 2}, r + 1.0));
   if (r != 0) model.b().set_grad(full({2}, 1.0));
-  comm->multi_node_mean_grad(model, /*zero_fill=*/true);
+  multi_node_mean_grad(*comm, model, /*zero_fill=*/true);
   require_values(model.W().grad(), std::vector<double>(4, (n + 1) / 2.0), 1e-6);
   require_values(model.b().grad(), std::vector<double>(2, (n - 1.0) / n), 1e-6);
   REQUIRE(model.b().grad().defined());
@@ -136,11 +137,11 @@ TEST_CASE("check_finite: a NaN gradient stops every rank before the allreduce, n
   model.b().set_grad(full({2}, 1.0));
   if (r == n - 1) model.b().set_grad(from_vector<float>({0, std::numeric_limits<float>::quiet_NaN()}, {2}));
   if (r == n - 1) {
-    REQUIRE_THROWS_WITH(comm->multi_node_mean_grad(model),
+    REQUIRE_THROWS_WITH(multi_node_mean_grad(*comm, model),
                         Contains("check_finite: multi_node_mean_grad: on rank " + std::to_string(r)) &&
                             Contains("'b' holds NaN at [1] of f32[2] before the allreduce"));
   } else {
-    REQUIRE_THROWS_WITH(comm->multi_node_mean_grad(model), Contains("has a NaN/Inf gradient"));
+    REQUIRE_THROWS_WITH(multi_node_mean_grad(*comm, model), Contains("has a NaN/Inf gradient"));
   }
   // Forward errors name the rank too (the communicator labels the process).
   REQUIRE_THROWS_WITH(F::log(Variable(full({1}, -1.0))),

@@ -13,7 +13,7 @@
 #include <regex>
 #include <sstream>
 
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/training/multi_node_snapshot.h"
 #include "core/error.h"
 #include "core/ops.h"

@@ -1,4 +1,4 @@
-#include "comm/mpi_env.h"
+#include "comm/transport/mpi_env.h"
 
 #include <chrono>
 #include <cstdio>
@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/deadlock.h"
-#include "comm/traffic_ledger.h"
+#include "comm/transport/deadlock.h"
+#include "comm/transport/traffic_ledger.h"
 #include "core/error.h"
 
 namespace tandem::comm_detail {

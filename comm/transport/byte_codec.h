@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/message.h"
+#include "comm/transport/message.h"
 #include "core/error.h"
 
 namespace tandem::comm_detail {

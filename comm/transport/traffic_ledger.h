@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "comm/message.h"
+#include "comm/transport/message.h"
 
 namespace tandem::comm_detail {
 

@@ -38,7 +38,7 @@
 #include <memory>
 #include <optional>
 
-#include "comm/mpi_communicator.h"
+#include "comm/transport/mpi_communicator.h"
 
 namespace tandem {
 

@@ -22,10 +22,10 @@
 // operation, dtype, shape and a sequence number per peer and tag; see message.h), so a
 // receiver never needs to know what it receives and a mismatch is an error naming both
 // operations. A wait that cannot end (the peer entered a collective this rank has not,
-// finished or failed, or the ranks form a cycle of receives: comm/deadlock.h) is an error as
+// finished or failed, or the ranks form a cycle of receives: comm/transport/deadlock.h) is an error as
 // soon as it is certain; TANDEM_COMM_TIMEOUT=<seconds> (or set_timeout) bounds every other wait.
 // A message that nobody receives fails the job at MPI_Finalize, both ranks naming it
-// (comm/traffic_ledger.h). An exception that escapes main() on one rank tells the other ranks
+// (comm/transport/traffic_ledger.h). An exception that escapes main() on one rank tells the other ranks
 // and aborts the whole job (MPI_Abort) with its message on stderr.
 #pragma once
 
@@ -34,12 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/message.h"
+#include "comm/transport/message.h"
 #include "core/tensor.h"
 
 namespace tandem {
-
-class Link;
 
 enum class AllreduceOp { sum, mean };
 
@@ -134,19 +132,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual std::string bcast_obj(const std::string& bytes, int root = 0) = 0;
   virtual std::vector<std::string> gather_obj(const std::string& bytes, int root = 0) = 0;
 
-  // --- data parallelism ---------------------------------------------------------------------
-  // Rank 0's parameters to every rank (the link must have the same parameters everywhere;
-  // parameters not initialised yet are skipped, consistently on every rank).
-  void bcast_data(Link& link);
-  // Averages every parameter's gradient over ranks with one packed allreduce per dtype, after
-  // one small collective in which the ranks agree on who has which gradient (and that their
-  // parameter lists match). As in ChainerMN, a parameter with a gradient on no rank is skipped
-  // (it stays without one), or gets zeros when zero_fill. One with a gradient on some ranks only
-  // counts as zeros where missing when zero_fill; otherwise it is an error on every rank, the same
-  // text naming the parameter and the ranks with and without its gradient. Under check_finite
-  // (autograd/check_finite.h) a NaN/Inf gradient is an error on every rank, naming the rank(s)
-  // and parameter. Errors come before any gradient changes.
-  void multi_node_mean_grad(Link& link, bool zero_fill = false);
+  // --- collectives whose ranks must also agree on a digest ------------------------------------
+  // bcast and allreduce whose header carries `digest` (e.g. of a parameter list): ranks that pass
+  // different digests get the collective's disagreement error on every rank, naming `operation`.
+  // The data-parallel functions (comm/data_parallel) are built on them.
+  virtual Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) = 0;
+  virtual Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) = 0;
 
   // --- for the differentiable functions (comm/functions) ------------------------------------
   virtual void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) = 0;
@@ -154,10 +145,6 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
  protected:
   Communicator() = default;
-  // The collective used by bcast_data and multi_node_mean_grad to agree on a parameter list
-  // (digest) before moving it; implemented by each communicator.
-  virtual Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) = 0;
-  virtual Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) = 0;
 
   int rank_ = 0, size_ = 1;
   int intra_rank_ = 0, intra_size_ = 1, inter_rank_ = 0, inter_size_ = 1;
@@ -168,7 +155,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 using CommunicatorPtr = std::shared_ptr<Communicator>;
 
 // A communicator over MPI_COMM_WORLD (MPI is initialised on first use and finalised at exit).
-// To wrap an existing MPI communicator, see comm/mpi_communicator.h.
+// To wrap an existing MPI communicator, see comm/transport/mpi_communicator.h.
 // Names: "naive" (MPI; CUDA tensors through host memory) and "pure_nccl" (NCCL for CUDA tensors,
 // MPI for CPU tensors, objects and the headers; one GPU per rank). An unknown name is an error
 // listing the valid ones; "pure_nccl" in a build without CUDA or on a machine without a GPU is

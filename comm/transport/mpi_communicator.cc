@@ -1,8 +1,8 @@
-#include "comm/mpi_communicator.h"
+#include "comm/transport/mpi_communicator.h"
 
 #include <algorithm>
 
-#include "comm/mpi_env.h"
+#include "comm/transport/mpi_env.h"
 #include "core/error.h"
 
 namespace tandem {

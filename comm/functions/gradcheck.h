@@ -12,7 +12,7 @@
 #pragma once
 
 #include "autograd/gradcheck.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 
 namespace tandem {
 

@@ -1,4 +1,4 @@
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 
 namespace tandem {
 

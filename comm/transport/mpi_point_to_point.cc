@@ -3,8 +3,8 @@
 #include <climits>
 #include <cstring>
 
-#include "comm/mpi_communicator.h"
-#include "comm/mpi_env.h"
+#include "comm/transport/mpi_communicator.h"
+#include "comm/transport/mpi_env.h"
 #include "core/error.h"
 
 namespace tandem {

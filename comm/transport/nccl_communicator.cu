@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpi_env.h"
-#include "comm/nccl_communicator.h"
+#include "comm/transport/mpi_env.h"
+#include "comm/transport/nccl_communicator.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"

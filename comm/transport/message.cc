@@ -1,4 +1,4 @@
-#include "comm/message.h"
+#include "comm/transport/message.h"
 
 #include <cstring>
 #include <limits>

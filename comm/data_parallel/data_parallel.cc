@@ -1,10 +1,10 @@
-// The data-parallel members of Communicator: broadcasting parameters and averaging gradients,
+// Data parallelism over a communicator: broadcasting parameters and averaging gradients,
 // one packed buffer per dtype so that a model costs one collective, not one per parameter
 // (averaging adds one small collective first, in which the ranks agree on who has which gradient).
 #include <map>
 
 #include "autograd/check_finite.h"
-#include "comm/communicator.h"
+#include "comm/data_parallel/data_parallel.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "layers/link.h"
@@ -128,22 +128,22 @@ std::string param_str(const Entry& e) {
 
 }  // namespace
 
-void Communicator::bcast_data(Link& link) {
+void bcast_data(Communicator& comm, Link& link) {
   for (auto& [dtype, entries] : by_dtype(link)) {
     const Device device = group_device(entries);
     Tensor flat;
-    if (rank_ == 0) {
+    if (comm.rank() == 0) {
       flat = Tensor({total_numel(entries)}, dtype, device);
       std::vector<Tensor> views = slots(flat, entries);
       for (std::size_t i = 0; i < entries.size(); ++i) views[i].copy_(entries[i].param.data());
     }
     try {
-      flat = bcast_checked(flat, 0, params_digest(entries), "bcast_data");
+      flat = comm.bcast_checked(flat, 0, params_digest(entries), "bcast_data");
     } catch (const Error& e) {
-      TANDEM_FAIL("bcast_data on rank ", rank_, ": the ranks' models differ (names, shapes or dtypes of the ",
+      TANDEM_FAIL("bcast_data on rank ", comm.rank(), ": the ranks' models differ (names, shapes or dtypes of the ",
                   dtype_name(dtype), " parameters); ", e.what());
     }
-    if (rank_ == 0) continue;
+    if (comm.rank() == 0) continue;
     const std::vector<Tensor> views = slots(flat.to(device), entries);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       Tensor data = entries[i].param.data();
@@ -152,7 +152,7 @@ void Communicator::bcast_data(Link& link) {
   }
 }
 
-void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
+void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill) {
   std::vector<Entry> all;
   for (auto& [name, param] : link.namedparams()) all.push_back({name, param});
 
@@ -161,22 +161,22 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
   // gives every rank every row. Its digest covers the whole parameter list, so ranks whose
   // models differ fail here, on every rank. Every rank then takes the same decisions below: an
   // error is an error everywhere, and no rank waits in an allreduce the others skipped.
-  GradientCensus census(size_, all.size());
+  GradientCensus census(comm.size(), all.size());
   const bool check_finite = check_finite_enabled();
   std::string nonfinite_here;  // what check_finite found on this rank
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Tensor& grad = all[i].param.grad();
     if (!grad.defined()) continue;
-    census.set_present(rank_, i);
+    census.set_present(comm.rank(), i);
     if (check_finite && nonfinite_here.empty()) {
       nonfinite_here = first_nonfinite(grad);
-      if (!nonfinite_here.empty()) census.set_nonfinite(rank_, i);
+      if (!nonfinite_here.empty()) census.set_nonfinite(comm.rank(), i);
     }
   }
   try {
-    census.set_rows(allreduce_checked(census.rows(), AllreduceOp::sum, params_digest(all), "multi_node_mean_grad"));
+    census.set_rows(comm.allreduce_checked(census.rows(), AllreduceOp::sum, params_digest(all), "multi_node_mean_grad"));
   } catch (const Error& e) {
-    TANDEM_FAIL("multi_node_mean_grad on rank ", rank_, ": the ranks cannot agree on the parameter list (their "
+    TANDEM_FAIL("multi_node_mean_grad on rank ", comm.rank(), ": the ranks cannot agree on the parameter list (their "
                 "models differ in names, shapes or dtypes, or not every rank is here); ", e.what());
   }
 
@@ -187,7 +187,7 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
   std::vector<std::vector<int>> without(all.size()), with(all.size());
   std::vector<std::size_t> disputed;
   for (std::size_t i = 0; i < all.size(); ++i) {
-    for (int r = 0; r < size_; ++r) (census.present(r, i) ? with : without)[i].push_back(r);
+    for (int r = 0; r < comm.size(); ++r) (census.present(r, i) ? with : without)[i].push_back(r);
     if (!with[i].empty() && !without[i].empty()) disputed.push_back(i);
   }
   if (!zero_fill && !disputed.empty()) {
@@ -206,11 +206,11 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
   }
   // A NaN/Inf under check_finite stops every rank before the mean spreads it to all of them.
   std::vector<std::string> nonfinite;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < comm.size(); ++r) {
     const std::int64_t i = census.nonfinite(r);
     if (i < 0) continue;
     const Entry& e = all[static_cast<std::size_t>(i)];
-    nonfinite.push_back(r == rank_ ? detail::concat("on rank ", r, " the gradient of parameter '", e.name,
+    nonfinite.push_back(r == comm.rank() ? detail::concat("on rank ", r, " the gradient of parameter '", e.name,
                                                     "' holds ", nonfinite_here)
                                    : detail::concat("rank ", r, " has a NaN/Inf gradient in parameter ",
                                                     param_str(e)));
@@ -244,7 +244,7 @@ void Communicator::multi_node_mean_grad(Link& link, bool zero_fill) {
       }
     }
     // The census agreed on these lists; the digest checks it again for free.
-    const Tensor mean = allreduce_checked(flat, AllreduceOp::mean, params_digest(entries), "multi_node_mean_grad");
+    const Tensor mean = comm.allreduce_checked(flat, AllreduceOp::mean, params_digest(entries), "multi_node_mean_grad");
     // Each parameter's gradient is a view of the mean, on the parameter's device.
     const std::vector<Tensor> means = slots(mean, entries);
     for (std::size_t i = 0; i < entries.size(); ++i) {

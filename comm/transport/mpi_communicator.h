@@ -1,5 +1,5 @@
 // The "naive" communicator: MPI (MPICH) point-to-point and collectives, and the base of
-// "pure_nccl" (comm/nccl_communicator.h).
+// "pure_nccl" (comm/transport/nccl_communicator.h).
 //
 // Point-to-point messages travel on the user's tag: one message (header plus payload) up to
 // kInlineBytes, otherwise the header and then the payload, sent from and received into the
@@ -22,8 +22,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "comm/communicator.h"
-#include "comm/traffic_ledger.h"
+#include "comm/transport/communicator.h"
+#include "comm/transport/traffic_ledger.h"
 
 namespace tandem {
 
@@ -57,6 +57,9 @@ class MpiCommunicator : public Communicator {
   std::string bcast_obj(const std::string& bytes, int root) override;
   std::vector<std::string> gather_obj(const std::string& bytes, int root) override;
 
+  Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) override;
+  Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
+
   void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) override;
   ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect) override;
 
@@ -75,8 +78,6 @@ class MpiCommunicator : public Communicator {
   // Takes ownership of `owned` (freed by the destructor). Collective over it.
   explicit MpiCommunicator(MPI_Comm owned);
 
-  Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) override;
-  Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
 
   using Header = comm_detail::MessageHeader;
 

@@ -21,9 +21,9 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/deadlock.h"
-#include "comm/mpi_communicator.h"
-#include "comm/mpi_env.h"
+#include "comm/transport/deadlock.h"
+#include "comm/transport/mpi_communicator.h"
+#include "comm/transport/mpi_env.h"
 #include "core/error.h"
 
 namespace tandem {

@@ -1,11 +1,11 @@
-#include "comm/traffic_ledger.h"
+#include "comm/transport/traffic_ledger.h"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 
-#include "comm/byte_codec.h"
-#include "comm/mpi_env.h"
+#include "comm/transport/byte_codec.h"
+#include "comm/transport/mpi_env.h"
 #include "core/error.h"
 
 namespace tandem::comm_detail {

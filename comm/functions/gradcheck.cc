@@ -1,4 +1,4 @@
-#include "comm/gradcheck.h"
+#include "comm/functions/gradcheck.h"
 
 #include <cmath>
 #include <sstream>

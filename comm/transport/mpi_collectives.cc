@@ -6,8 +6,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "comm/mpi_communicator.h"
-#include "comm/mpi_env.h"
+#include "comm/transport/mpi_communicator.h"
+#include "comm/transport/mpi_env.h"
 #include "core/error.h"
 #include "core/ops.h"
 

@@ -1,13 +1,13 @@
-#include "comm/deadlock.h"
+#include "comm/transport/deadlock.h"
 
 #include <mpi.h>
 
 #include <optional>
 #include <vector>
 
-#include "comm/byte_codec.h"
-#include "comm/mpi_env.h"
-#include "comm/traffic_ledger.h"
+#include "comm/transport/byte_codec.h"
+#include "comm/transport/mpi_env.h"
+#include "comm/transport/traffic_ledger.h"
 #include "core/error.h"
 
 namespace tandem::comm_detail {

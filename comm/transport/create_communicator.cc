@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "autograd/check_finite.h"
-#include "comm/communicator.h"
-#include "comm/mpi_communicator.h"
-#include "comm/mpi_env.h"
+#include "comm/transport/communicator.h"
+#include "comm/transport/mpi_communicator.h"
+#include "comm/transport/mpi_env.h"
 #include "core/error.h"
+#include "core/process_label.h"
 #include "core/threads.h"
 #include "cuda/cuda.h"
 #if TANDEM_WITH_CUDA
-#include "comm/nccl_communicator.h"
+#include "comm/transport/nccl_communicator.h"
 #endif
 
 namespace tandem {
@@ -50,7 +50,7 @@ CommunicatorPtr create_communicator(const std::string& name) {
   if (name == "pure_nccl") require_gpu();
   comm_detail::ensure_mpi();
   CommunicatorPtr world = create_communicator(name, MPI_COMM_WORLD);
-  set_check_finite_process(detail::concat("rank ", world->rank(), " of ", world->size()));
+  set_process_label(detail::concat("rank ", world->rank(), " of ", world->size()));
   // Ranks on one host share its cores, unless the user chose a thread count: with every rank
   // taking every core, 2 ranks on 2 cores ran a CNN step 10-20 times slower than 1 rank.
   if (world->intra_size() > 1 && !std::getenv("OMP_NUM_THREADS"))

@@ -1,0 +1,27 @@
+// Data parallelism over a communicator (ChainerMN's comm.bcast_data and
+// comm.multi_node_mean_grad): every rank holds the whole model and the ranks keep its
+// parameters equal. Built on the transport's digest-checked collectives, so that ranks whose
+// models differ get an error on every rank instead of mixing parameters up.
+#pragma once
+
+#include "comm/transport/communicator.h"
+#include "layers/link.h"
+
+namespace tandem {
+
+// Rank 0's parameters to every rank (the link must have the same parameters everywhere;
+// parameters not initialised yet are skipped, consistently on every rank). One packed bcast per
+// dtype.
+void bcast_data(Communicator& comm, Link& link);
+
+// Averages every parameter's gradient over ranks with one packed allreduce per dtype, after
+// one small collective in which the ranks agree on who has which gradient (and that their
+// parameter lists match). As in ChainerMN, a parameter with a gradient on no rank is skipped
+// (it stays without one), or gets zeros when zero_fill. One with a gradient on some ranks only
+// counts as zeros where missing when zero_fill; otherwise it is an error on every rank, the same
+// text naming the parameter and the ranks with and without its gradient. Under check_finite
+// (autograd/check_finite.h) a NaN/Inf gradient is an error on every rank, naming the rank(s)
+// and parameter. Errors come before any gradient changes.
+void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill = false);
+
+}  // namespace tandem
