@@ -3,19 +3,15 @@
 // element of a tensor is drawn independently, in parallel, on any device, and the CPU and the
 // GPU produce the same bits. Dropout masks are drawn this way (Backend::random_uniform).
 //
-// Header-only and free of CUDA: the CUDA kernels include it too (the functions are marked
-// __host__ __device__ when nvcc compiles them).
+// Header-only and free of CUDA: the CUDA kernels include it too (the functions are
+// TANDEM_HOST_DEVICE, core/host_device.h).
 #pragma once
 
 #include <math.h>
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define TANDEM_PHILOX_HD __host__ __device__ __forceinline__
-#else
-#define TANDEM_PHILOX_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace tandem {
 namespace philox {
@@ -25,7 +21,7 @@ struct Block {
 };
 
 // The ten rounds of Philox4x32 on `counter` under `key`.
-TANDEM_PHILOX_HD Block philox4x32_10(Block counter, std::uint32_t key0, std::uint32_t key1) {
+TANDEM_HOST_DEVICE inline Block philox4x32_10(Block counter, std::uint32_t key0, std::uint32_t key1) {
   constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -44,7 +40,7 @@ TANDEM_PHILOX_HD Block philox4x32_10(Block counter, std::uint32_t key0, std::uin
 
 // The block holding the bits of element `index` of stream `seed`: the counter is the block
 // number, the key the seed.
-TANDEM_PHILOX_HD Block block(std::uint64_t seed, std::uint64_t block_index) {
+TANDEM_HOST_DEVICE inline Block block(std::uint64_t seed, std::uint64_t block_index) {
   return philox4x32_10(Block{{static_cast<std::uint32_t>(block_index), static_cast<std::uint32_t>(block_index >> 32), 0u, 0u}},
                        static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
 }
@@ -54,14 +50,14 @@ TANDEM_PHILOX_HD Block block(std::uint64_t seed, std::uint64_t block_index) {
 // contracts it differently on either side. f32 rounds that double, so a stream drawn in f32 is
 // the f64 stream rounded (dropout in f32 and f64 keeps the same elements); a value that rounds up
 // to `high` is pulled back below it.
-TANDEM_PHILOX_HD double uniform_f64(std::uint64_t seed, std::uint64_t index, double low, double high) {
+TANDEM_HOST_DEVICE inline double uniform_f64(std::uint64_t seed, std::uint64_t index, double low, double high) {
   const Block b = block(seed, index / 2);
   const std::uint32_t a = b.v[2 * (index % 2)] >> 5, c = b.v[2 * (index % 2) + 1] >> 6;
   const double unit = (static_cast<double>(a) * 67108864.0 + static_cast<double>(c)) * (1.0 / 9007199254740992.0);
   return fma(high - low, unit, low);
 }
 
-TANDEM_PHILOX_HD float uniform_f32(std::uint64_t seed, std::uint64_t index, double low, double high) {
+TANDEM_HOST_DEVICE inline float uniform_f32(std::uint64_t seed, std::uint64_t index, double low, double high) {
   const float value = static_cast<float>(uniform_f64(seed, index, low, high));
   const float top = static_cast<float>(high);
   return value >= top && top > static_cast<float>(low) ? nextafterf(top, static_cast<float>(low)) : value;

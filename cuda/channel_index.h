@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "cuda/strided_index.h"  // TANDEM_HOST_DEVICE
+#include "core/host_device.h"
 
 namespace tandem {
 namespace cuda {

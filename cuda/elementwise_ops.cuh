@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/strided_index.h"  // TANDEM_HOST_DEVICE
+#include "core/host_device.h"
 
 namespace tandem {
 namespace cuda {

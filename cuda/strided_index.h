@@ -8,13 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/host_device.h"
 #include "core/shape.h"
-
-#ifdef __CUDACC__
-#define TANDEM_HOST_DEVICE __host__ __device__
-#else
-#define TANDEM_HOST_DEVICE
-#endif
 
 namespace tandem {
 namespace cuda {

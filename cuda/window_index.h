@@ -12,43 +12,14 @@
 // deterministic, and equal to the CPU's up to floating-point contraction.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "core/backend.h"
-#include "cuda/strided_index.h"  // TANDEM_HOST_DEVICE
+#include "core/host_device.h"
+#include "core/pool_window.h"  // the pooling windows, shared with the CPU backend
 
 namespace tandem {
 namespace cuda {
-
-// A half-open range [begin, end) of positions along one axis.
-struct WindowSpan {
-  std::int64_t begin, end;
-};
-
-// The input positions that pooling window `o` covers, clipped to [0, size) (no dilation).
-TANDEM_HOST_DEVICE inline WindowSpan pool_window(std::int64_t o, std::int64_t stride, std::int64_t pad,
-                                                 std::int64_t kernel, std::int64_t size) {
-  const std::int64_t start = o * stride - pad;
-  const std::int64_t begin = start < 0 ? 0 : start;
-  const std::int64_t end = start + kernel < size ? start + kernel : size;
-  return {begin, end < begin ? begin : end};
-}
-
-// The pooling windows o in [0, out) whose (undilated) window [o * stride - pad, o * stride - pad
-// + kernel) contains input position i (0 <= i < size, pad >= 0). Clipping a window to the input
-// does not change whether it contains an input position, so these are exactly the windows that
-// pool_window's span of contains i.
-TANDEM_HOST_DEVICE inline WindowSpan windows_containing(std::int64_t i, std::int64_t stride, std::int64_t pad,
-                                                        std::int64_t kernel, std::int64_t out) {
-  // o * stride - pad <= i           <=>  o <= floor((i + pad) / stride)     (i + pad >= 0)
-  // o * stride - pad + kernel > i   <=>  o * stride > i + pad - kernel
-  const std::int64_t low = i + pad - kernel;
-  const std::int64_t begin = low < 0 ? 0 : low / stride + 1;
-  std::int64_t end = (i + pad) / stride + 1;
-  if (end > out) end = out;
-  return {begin, end < begin ? begin : end};
-}
 
 // The output position o in [0, out) whose tap `tap` reads input position i, that is
 // o * stride - pad + tap * dilate == i; -1 when there is none.
@@ -59,14 +30,6 @@ TANDEM_HOST_DEVICE inline std::int64_t output_reading(std::int64_t i, std::int64
   const std::int64_t o = t / stride;
   return o < out ? o : -1;
 }
-
-// -inf of T, on host and device (std::numeric_limits is not callable from device code).
-template <typename T>
-TANDEM_HOST_DEVICE inline T negative_infinity();
-template <>
-TANDEM_HOST_DEVICE inline float negative_infinity<float>() { return -HUGE_VALF; }
-template <>
-TANDEM_HOST_DEVICE inline double negative_infinity<double>() { return -HUGE_VAL; }
 
 // ---- per-element bodies of the kernels ----
 
@@ -109,31 +72,17 @@ TANDEM_HOST_DEVICE inline T col2im_element(const T* col, const Conv2DGeometry& g
   return sum;
 }
 
-// Max pooling of output element `index`: the first maximum in window order (row by row), as
-// the CPU backend: a candidate replaces the best only when strictly greater, so a NaN wins only
-// when it comes first. A window entirely in the padding gives -inf and index -1.
+// Max pooling of output element `index`: window_max over its window, as the CPU backend (the
+// first maximum in window order; -inf and index -1 for a window entirely in the padding).
 template <typename T>
 TANDEM_HOST_DEVICE inline void max_pool_element(const T* x, const Conv2DGeometry& g, std::int64_t index, T* value,
                                                 std::int64_t* argmax) {
   const std::int64_t ox = index % g.out_w;
   const std::int64_t oy = (index / g.out_w) % g.out_h;
   const std::int64_t plane = index / (g.out_w * g.out_h);
-  const T* in = x + plane * g.height * g.width;
   const WindowSpan ry = pool_window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
   const WindowSpan rx = pool_window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
-  T best = negative_infinity<T>();
-  std::int64_t best_index = -1;
-  for (std::int64_t iy = ry.begin; iy < ry.end; ++iy) {
-    for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) {
-      const T v = in[iy * g.width + ix];
-      if (best_index < 0 || v > best) {
-        best = v;
-        best_index = iy * g.width + ix;
-      }
-    }
-  }
-  *value = best;
-  *argmax = best_index;
+  window_max(x + plane * g.height * g.width, g.width, ry, rx, value, argmax);
 }
 
 // Max pooling's backward at input element `index`: the sum of gy over the windows containing
@@ -160,20 +109,16 @@ TANDEM_HOST_DEVICE inline T max_pool_grad_element(const T* gy, const std::int64_
   return sum;
 }
 
-// Average pooling (Chainer's): the window's sum over the input, times scale = 1 / (kernel_h *
+// Average pooling (Chainer's): window_sum over the input, times scale = 1 / (kernel_h *
 // kernel_w), so padding counts as zeros.
 template <typename T>
 TANDEM_HOST_DEVICE inline T avg_pool_element(const T* x, const Conv2DGeometry& g, T scale, std::int64_t index) {
   const std::int64_t ox = index % g.out_w;
   const std::int64_t oy = (index / g.out_w) % g.out_h;
   const std::int64_t plane = index / (g.out_w * g.out_h);
-  const T* in = x + plane * g.height * g.width;
   const WindowSpan ry = pool_window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
   const WindowSpan rx = pool_window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
-  T sum = T(0);
-  for (std::int64_t iy = ry.begin; iy < ry.end; ++iy)
-    for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) sum += in[iy * g.width + ix];
-  return sum * scale;
+  return window_sum(x + plane * g.height * g.width, g.width, ry, rx) * scale;
 }
 
 // Average pooling's backward at input element `index`: the sum of gy * scale over the windows

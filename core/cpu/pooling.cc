@@ -1,28 +1,19 @@
 // Max and average pooling over [N, C, H, W] images, in parallel over (image, channel) planes:
 // each plane's outputs, and in the backward passes each plane's input gradient, belong to one
 // thread, so the scatters need no synchronisation. The window of output (oy, ox) is clipped to
-// the input once per output; the padding is never materialised.
+// the input once per output; the padding is never materialised. The window arithmetic is
+// core/pool_window.h's, which the CUDA kernels share.
 #include <algorithm>
-#include <limits>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "core/pool_window.h"
 #include "core/tensor.h"
 
 namespace tandem {
 
 namespace {
-
-// The input rows (or columns) [begin, end) that window `o` covers.
-struct Span {
-  std::int64_t begin, end;
-};
-
-inline Span window(std::int64_t o, std::int64_t stride, std::int64_t pad, std::int64_t kernel, std::int64_t size) {
-  const std::int64_t start = o * stride - pad;
-  return {std::max<std::int64_t>(start, 0), std::min(start + kernel, size)};
-}
 
 void check_pool_geometry(const Conv2DGeometry& g, const char* op) {
   TANDEM_CHECK(g.dilate_y == 1 && g.dilate_x == 1, op, ": pooling kernels take no dilation, got ", g.dilate_y,
@@ -73,22 +64,10 @@ void CpuBackend::max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y,
         return;
       }
       for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-        const Span ry = window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
+        const WindowSpan ry = pool_window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
         for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-          const Span rx = window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
-          scalar_t best = -std::numeric_limits<scalar_t>::infinity();
-          std::int64_t best_index = -1;
-          for (std::int64_t iy = ry.begin; iy < ry.end; ++iy) {
-            for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) {
-              const scalar_t v = in[iy * g.width + ix];
-              if (best_index < 0 || v > best) {
-                best = v;
-                best_index = iy * g.width + ix;
-              }
-            }
-          }
-          out[oy * g.out_w + ox] = best;
-          idx[oy * g.out_w + ox] = best_index;
+          const WindowSpan rx = pool_window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
+          window_max(in, g.width, ry, rx, &out[oy * g.out_w + ox], &idx[oy * g.out_w + ox]);
         }
       }
     });
@@ -131,13 +110,10 @@ void CpuBackend::avg_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y)
       const scalar_t* in = px + p * plane_in;
       scalar_t* out = py + p * plane_out;
       for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-        const Span ry = window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
+        const WindowSpan ry = pool_window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
         for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-          const Span rx = window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
-          scalar_t sum = 0;
-          for (std::int64_t iy = ry.begin; iy < ry.end; ++iy)
-            for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) sum += in[iy * g.width + ix];
-          out[oy * g.out_w + ox] = sum * scale;
+          const WindowSpan rx = pool_window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
+          out[oy * g.out_w + ox] = window_sum(in, g.width, ry, rx) * scale;
         }
       }
     });
@@ -157,9 +133,9 @@ void CpuBackend::avg_pool2d_backward(const Tensor& gy, const Conv2DGeometry& g, 
       const scalar_t* grad = pg + p * plane_out;
       std::fill(out, out + plane_in, scalar_t(0));
       for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-        const Span ry = window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
+        const WindowSpan ry = pool_window(oy, g.stride_y, g.pad_y, g.kernel_h, g.height);
         for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-          const Span rx = window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
+          const WindowSpan rx = pool_window(ox, g.stride_x, g.pad_x, g.kernel_w, g.width);
           const scalar_t v = grad[oy * g.out_w + ox] * scale;
           for (std::int64_t iy = ry.begin; iy < ry.end; ++iy)
             for (std::int64_t ix = rx.begin; ix < rx.end; ++ix) out[iy * g.width + ix] += v;
