@@ -1,6 +1,6 @@
 #include "autograd/functions/normalization.h"
 
-#include <algorithm>
+#include <utility>
 
 #include "autograd/function_node.h"
 #include "core/ops.h"
@@ -45,18 +45,11 @@ class BatchNormalization : public FunctionNode {
     if (running_var_) check_channel(*running_var_, x, "running_var", op);
 
     const auto [mean, var] = batch_norm_statistics(x);
-    const Tensor invstd = rdiv(1.0, sqrt(add(var, eps_)));
-    const Tensor scale = mul(gamma, invstd);
-    Tensor y = channel_affine(x, scale, sub(beta, mul(mean, scale)));
-
-    const std::int64_t m = per_channel_count(x);
-    if (running_mean_) running_mean_->copy_(add(mul(*running_mean_, decay_), mul(mean, 1 - decay_)));
-    if (running_var_) {
-      const double adjust = static_cast<double>(m) / std::max<double>(static_cast<double>(m) - 1, 1);
-      running_var_->copy_(add(mul(*running_var_, decay_), mul(var, (1 - decay_) * adjust)));
-    }
-    save_for_backward({x, gamma, mean, invstd});
-    return {y};
+    BatchNormAffine out = batch_norm_affine(x, gamma, beta, mean, var, eps_);
+    batch_norm_update_running(running_mean_, running_var_, mean, var, static_cast<double>(per_channel_count(x)),
+                              decay_);
+    save_for_backward({x, gamma, mean, out.invstd});
+    return {std::move(out.y)};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
@@ -98,10 +91,9 @@ class FixedBatchNormalization : public FunctionNode {
     check_channel(in[4], x, "var", op);
     const Tensor& gamma = in[1];
     const Tensor& mean = in[3];
-    const Tensor invstd = rdiv(1.0, sqrt(add(in[4], eps_)));
-    const Tensor scale = mul(gamma, invstd);
-    save_for_backward({x, gamma, mean, invstd});
-    return {channel_affine(x, scale, sub(in[2], mul(mean, scale)))};
+    BatchNormAffine out = batch_norm_affine(x, gamma, in[2], mean, in[4], eps_);
+    save_for_backward({x, gamma, mean, out.invstd});
+    return {std::move(out.y)};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {

@@ -1,10 +1,11 @@
 #include "comm/functions/multi_node_batch_normalization.h"
 
-#include <algorithm>
+#include <utility>
 
-#include "autograd/function_node.h"
+#include "comm/functions/communication_node.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/ops/normalization.h"
 
 namespace tandem::functions {
 
@@ -18,17 +19,16 @@ void check_channel(const Tensor& t, const Tensor& x, const char* what, int rank)
                x.description());
 }
 
-class MultiNodeBatchNormalization final : public FunctionNode {
+class MultiNodeBatchNormalization final : public CommunicationNode {
  public:
+  // Once recorded, every rank must take part in the backward allreduce.
   MultiNodeBatchNormalization(Communicator& comm, double eps, Tensor* running_mean, Tensor* running_var, double decay)
-      : comm_(comm.shared_from_this()),
+      : CommunicationNode(comm, std::nullopt, Participation::once_recorded),
         eps_(eps),
         running_mean_(running_mean),
         running_var_(running_var),
         decay_(decay) {}
   std::string name() const override { return kOp; }
-  // Once recorded, every rank must take part in the backward allreduce.
-  bool always_run_backward() const override { return true; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor& x = in[0];
@@ -65,16 +65,11 @@ class MultiNodeBatchNormalization final : public FunctionNode {
         maximum(sub(div(global.slice_rows(1 + channels, 1 + 2 * channels), count_), square(mean64)), 0.0);
     const Tensor mean = mean64.to(x.dtype()), var = var64.to(x.dtype());
 
-    const Tensor invstd = rdiv(1.0, sqrt(add(var, eps_)));
-    const Tensor scale = mul(in[1], invstd);
-    Tensor y = channel_affine(x, scale, sub(in[2], mul(mean, scale)));
-    if (running_mean_) running_mean_->copy_(add(mul(*running_mean_, decay_), mul(mean, 1 - decay_)));
-    if (running_var_) {
-      const double adjust = count_ / std::max(count_ - 1, 1.0);
-      running_var_->copy_(add(mul(*running_var_, decay_), mul(var, (1 - decay_) * adjust)));
-    }
-    save_for_backward({x, in[1], mean, invstd});
-    return {y};
+    // From here on as in batch_normalization, with the global statistics and count.
+    BatchNormAffine out = batch_norm_affine(x, in[1], in[2], mean, var, eps_);
+    batch_norm_update_running(running_mean_, running_var_, mean, var, count_, decay_);
+    save_for_backward({x, in[1], mean, out.invstd});
+    return {std::move(out.y)};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
@@ -100,7 +95,6 @@ class MultiNodeBatchNormalization final : public FunctionNode {
   }
 
  private:
-  CommunicatorPtr comm_;
   double eps_;
   Tensor* running_mean_;
   Tensor* running_var_;

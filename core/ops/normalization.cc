@@ -1,6 +1,7 @@
 #include "core/ops/normalization.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/backend.h"
 #include "core/ops/checks.h"
@@ -36,6 +37,22 @@ std::pair<Tensor, Tensor> batch_norm_statistics(const Tensor& x) {
   Tensor mean({v.channels}, x.dtype(), x.device()), var({v.channels}, x.dtype(), x.device());
   backend_for(x.device(), op).batch_norm_stats(x, v.outer, v.channels, v.inner, mean, var);
   return {mean, var};
+}
+
+BatchNormAffine batch_norm_affine(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                  const Tensor& var, double eps) {
+  Tensor invstd = rdiv(1.0, sqrt(add(var, eps)));
+  const Tensor scale = mul(gamma, invstd);
+  return {channel_affine(x, scale, sub(beta, mul(mean, scale))), std::move(invstd)};
+}
+
+void batch_norm_update_running(Tensor* running_mean, Tensor* running_var, const Tensor& mean, const Tensor& var,
+                               double count, double decay) {
+  if (running_mean) running_mean->copy_(add(mul(*running_mean, decay), mul(mean, 1 - decay)));
+  if (running_var) {
+    const double adjust = count / std::max(count - 1, 1.0);
+    running_var->copy_(add(mul(*running_var, decay), mul(var, (1 - decay) * adjust)));
+  }
 }
 
 Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift) {

@@ -1,6 +1,6 @@
 // Per-channel batch-normalisation primitives over x [N, C, ...]: statistics over every axis
 // but axis 1, and the fused per-channel affine maps that the forward and backward passes of
-// autograd/functions/normalization.h are built from.
+// autograd/functions/normalization.h and of comm's multi-node batch normalisation are built from.
 #pragma once
 
 #include <utility>
@@ -12,6 +12,24 @@ namespace tandem {
 // {mean, biased variance} of each channel of x ([N, C, ...], floating) over every axis but 1;
 // both [C]. Accumulated in double.
 std::pair<Tensor, Tensor> batch_norm_statistics(const Tensor& x);
+
+// The forward of batch normalisation once the per-channel statistics mean and var ([C]) are
+// known: this process's batch, all ranks' for the multi-node version, or the running averages at
+// inference. y = gamma * (x - mean) * invstd + beta with invstd = 1 / sqrt(var + eps), computed as
+// one per-channel affine map of x; invstd ([C]) is what the backward passes read.
+struct BatchNormAffine {
+  Tensor y, invstd;
+};
+BatchNormAffine batch_norm_affine(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+                                  const Tensor& var, double eps);
+
+// Chainer's update of the running averages, in place (each may be null), from the statistics of
+// a batch of `count` values per channel:
+//   running_mean = decay * running_mean + (1 - decay) * mean
+//   running_var  = decay * running_var  + (1 - decay) * var * count / max(count - 1, 1)
+// (the unbiased variance).
+void batch_norm_update_running(Tensor* running_mean, Tensor* running_var, const Tensor& mean, const Tensor& var,
+                               double count, double decay);
 
 // x * scale[c] + shift[c] along axis 1 of x [N, C, ...]; scale and shift are [C].
 Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift);

@@ -73,6 +73,38 @@ TEST_CASE("batch_norm_statistics, channel_affine and backward sums match naive l
   }
 }
 
+TEST_CASE("batch_norm_affine and batch_norm_update_running follow Chainer's formulas", "[normalization]") {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    INFO(dtype);
+    const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
+    const Shape shape{3, 2, 5};
+    const Tensor x = uniform(shape, 1, -3, 3, dtype);
+    const Tensor gamma = uniform({2}, 2, -2, 2, dtype), beta = uniform({2}, 3, -2, 2, dtype);
+    const Tensor mean = uniform({2}, 4, -1, 1, dtype), var = uniform({2}, 5, 0.5, 2, dtype);
+    const double eps = 1e-3;
+    const std::vector<double> xv = values(x), g = values(gamma), b = values(beta), m = values(mean), v = values(var);
+    std::vector<double> want(x.numel()), invstd(2);
+    for (std::int64_t c = 0; c < 2; ++c) invstd[c] = 1 / std::sqrt(v[c] + eps);
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const std::int64_t c = channel_of(i, shape);
+      want[i] = g[c] * (xv[i] - m[c]) * invstd[c] + b[c];
+    }
+    const BatchNormAffine out = batch_norm_affine(x, gamma, beta, mean, var, eps);
+    REQUIRE_VALUES(out.y, want, tol * 10, tol * 10);
+    REQUIRE_VALUES(out.invstd, invstd, tol, tol);
+
+    Tensor running_mean = full({2}, 1.0, dtype), running_var = full({2}, 2.0, dtype);
+    batch_norm_update_running(&running_mean, &running_var, mean, var, 15, 0.75);
+    REQUIRE_VALUES(running_mean, {0.75 + 0.25 * m[0], 0.75 + 0.25 * m[1]}, tol, tol);
+    REQUIRE_VALUES(running_var, {1.5 + 0.25 * v[0] * 15 / 14, 1.5 + 0.25 * v[1] * 15 / 14}, tol, tol);
+    // One value per channel: the unbiased correction divides by max(count - 1, 1); either may be null.
+    batch_norm_update_running(nullptr, &running_var, mean, var, 1, 0);
+    REQUIRE_VALUES(running_var, {v[0], v[1]}, tol, tol);
+    batch_norm_update_running(&running_mean, nullptr, mean, var, 1, 0);
+    REQUIRE_VALUES(running_mean, {m[0], m[1]}, tol, tol);
+  }
+}
+
 TEST_CASE("batch-normalisation primitives reject bad operands", "[normalization][errors]") {
   REQUIRE_THROWS_WITH(batch_norm_statistics(zeros({3})), Contains("[N, C, ...]"));
   REQUIRE_THROWS_WITH(batch_norm_statistics(zeros({3, 2}, DType::i32)), Contains("floating"));
