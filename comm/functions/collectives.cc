@@ -1,59 +1,21 @@
 #include "comm/functions/collectives.h"
 
-#include "autograd/function_node.h"
+#include "comm/functions/communication_node.h"
 #include "core/error.h"
 
 namespace tandem::functions {
 
 namespace {
 
-// What every collective node shares: the communicator, and the rule that it is recorded and
-// run in backward whenever gradients are recorded (all ranks must take part alike).
-class CollectiveFunction : public FunctionNode {
+// A collective node: a CommunicationNode that knows the dtype every rank agreed on in forward,
+// which decides whether gradients travel.
+class CollectiveFunction : public CommunicationNode {
  public:
-  explicit CollectiveFunction(Communicator& comm, std::optional<Device> device = std::nullopt)
-      : comm_(comm.shared_from_this()), device_(device) {}
-  bool always_record() const override { return true; }
-  bool always_run_backward() const override { return true; }
+  using CommunicationNode::CommunicationNode;
 
  protected:
-  void remember_inputs(const std::vector<Tensor>& inputs) {
-    for (const Tensor& x : inputs) inputs_.push_back({x.shape(), x.dtype(), x.device()});
-  }
-  // Zero gradients for inputs that only connect the graph (delegates).
-  std::vector<Tensor> zero_input_grads() const {
-    std::vector<Tensor> grads;
-    for (const Input& input : inputs_) grads.push_back(zeros(input.shape, input.dtype, input.device));
-    return grads;
-  }
-  // Gradients on their inputs' devices (a collective puts its results on the device of this
-  // rank's first tensor, or on the communicator's).
-  std::vector<Tensor> on_input_devices(std::vector<Tensor> grads) const {
-    for (std::size_t i = 0; i < grads.size() && i < inputs_.size(); ++i)
-      if (grads[i].defined()) grads[i] = grads[i].to(inputs_[i].device);
-    return grads;
-  }
-  // Where this rank's results land: the requested device; else its (first) input's (a rank that
-  // passed no data but a delegate: the delegate's, so that results follow the model); else where
-  // the communicator puts them (nullopt).
-  std::optional<Device> landing() const {
-    if (device_) return device_;
-    if (!inputs_.empty()) return inputs_[0].device;
-    return std::nullopt;
-  }
-  // Whether gradients travel: decided from the dtype every rank agreed on in forward.
   bool differentiable() const { return is_floating(dtype_); }
-  std::vector<Tensor> no_grads() const { return std::vector<Tensor>(inputs_.size()); }
-
-  struct Input {
-    Shape shape;
-    DType dtype;
-    Device device;
-  };
-  CommunicatorPtr comm_;
-  std::optional<Device> device_;
   DType dtype_ = DType::f32;
-  std::vector<Input> inputs_;
 };
 
 class Bcast final : public CollectiveFunction {

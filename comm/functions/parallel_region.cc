@@ -1,6 +1,6 @@
 #include "comm/functions/parallel_region.h"
 
-#include "autograd/function_node.h"
+#include "comm/functions/communication_node.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -8,12 +8,12 @@ namespace tandem::functions {
 
 namespace {
 
-class CopyToParallelRegion final : public FunctionNode {
+class CopyToParallelRegion final : public CommunicationNode {
  public:
-  explicit CopyToParallelRegion(Communicator& comm) : comm_(comm.shared_from_this()) {}
-  std::string name() const override { return "copy_to_parallel_region"; }
   // Once recorded, every rank must take part in the allreduce, gradient or not.
-  bool always_run_backward() const override { return true; }
+  explicit CopyToParallelRegion(Communicator& comm)
+      : CommunicationNode(comm, std::nullopt, Participation::once_recorded) {}
+  std::string name() const override { return "copy_to_parallel_region"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     return {in[0]};
   }
@@ -21,14 +21,12 @@ class CopyToParallelRegion final : public FunctionNode {
     CommBackwardScope scope;
     return {comm_->allreduce(gy[0], AllreduceOp::sum)};
   }
-
- private:
-  CommunicatorPtr comm_;
 };
 
-class GatherFromParallelRegion final : public FunctionNode {
+class GatherFromParallelRegion final : public CommunicationNode {
  public:
-  GatherFromParallelRegion(Communicator& comm, std::int64_t axis) : comm_(comm.shared_from_this()), axis_(axis) {}
+  GatherFromParallelRegion(Communicator& comm, std::int64_t axis)
+      : CommunicationNode(comm, std::nullopt, Participation::as_usual), axis_(axis) {}
   std::string name() const override { return "gather_from_parallel_region"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor& y = in[0];
@@ -57,7 +55,6 @@ class GatherFromParallelRegion final : public FunctionNode {
   }
 
  private:
-  CommunicatorPtr comm_;
   std::int64_t axis_, begin_ = 0, end_ = 0;
 };
 
