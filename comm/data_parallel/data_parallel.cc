@@ -6,6 +6,7 @@
 #include "autograd/check_finite.h"
 #include "comm/data_parallel/data_parallel.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/ops.h"
 #include "layers/link.h"
 
@@ -21,18 +22,14 @@ struct Entry {
 // Every rank must pass the same list: a digest of names, dtypes and shapes goes into the
 // collective's header, so a rank with a different model is an error on every rank.
 std::uint64_t params_digest(const std::vector<Entry>& entries) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](std::uint64_t v) {
-    h ^= v;
-    h *= 1099511628211ull;
-  };
+  Fnv1a64 h;
   for (const Entry& e : entries) {
-    for (char c : e.name) mix(static_cast<unsigned char>(c));
-    mix(static_cast<std::uint64_t>(e.param.dtype()) + 256);
-    for (std::int64_t extent : e.param.shape()) mix(static_cast<std::uint64_t>(extent));
-    mix(0xffff);
+    h.bytes(e.name);
+    h.mix(static_cast<std::uint64_t>(e.param.dtype()) + 256);
+    for (std::int64_t extent : e.param.shape()) h.mix(static_cast<std::uint64_t>(extent));
+    h.mix(0xffff);
   }
-  return h;
+  return h.digest();
 }
 
 // Parameters grouped by dtype, in the link's order within each group.

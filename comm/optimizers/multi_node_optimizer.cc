@@ -5,6 +5,7 @@
 
 #include "comm/data_parallel/data_parallel.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/ops.h"
 
 namespace tandem {
@@ -13,14 +14,12 @@ namespace {
 
 // FNV-1a over every parameter's bytes: equal on two ranks when their replicas are equal.
 std::uint64_t values_digest(const Link& target) {
-  std::uint64_t h = 1469598103934665603ull;
+  Fnv1a64 h;
   for (const auto& [name, param] : target.namedparams()) {
     const Tensor host = param.data().to(Device::cpu());
-    const auto* bytes = static_cast<const unsigned char*>(host.raw_data());
-    for (std::int64_t i = 0, n = host.numel() * static_cast<std::int64_t>(dtype_size(host.dtype())); i < n; ++i)
-      h = (h ^ bytes[i]) * 1099511628211ull;
+    h.bytes(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
   }
-  return h;
+  return h.digest();
 }
 
 // Whether every rank's replica is already equal to every other's (one tiny allgather).

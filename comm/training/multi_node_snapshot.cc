@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "layers/serializers/npz.h"
 
 namespace tandem {
@@ -53,10 +54,8 @@ bool read_file(const std::string& path, std::string& bytes, std::string& error) 
 }
 
 std::string fnv1a64(const std::string& bytes) {
-  std::uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
   char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(Fnv1a64().bytes(bytes).digest()));
   return text;
 }
 

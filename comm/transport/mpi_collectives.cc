@@ -9,6 +9,7 @@
 #include "comm/transport/mpi_communicator.h"
 #include "comm/transport/mpi_env.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/ops.h"
 
 namespace tandem {
@@ -103,16 +104,12 @@ void divide(Tensor& y, int size) {
 }
 
 std::uint64_t shapes_digest(const std::vector<Tensor>& xs) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over ndim and extents
-  auto mix = [&](std::uint64_t v) {
-    h ^= v;
-    h *= 1099511628211ull;
-  };
+  Fnv1a64 h;  // over ndim and extents
   for (const Tensor& x : xs) {
-    mix(x.dim());
-    for (std::int64_t e : x.shape()) mix(static_cast<std::uint64_t>(e));
+    h.mix(x.dim());
+    for (std::int64_t e : x.shape()) h.mix(static_cast<std::uint64_t>(e));
   }
-  return h;
+  return h.digest();
 }
 
 }  // namespace

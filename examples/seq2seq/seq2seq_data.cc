@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "core/hash.h"
 #include "data/tuple_dataset.h"
 #include "examples/seq2seq/number_words.h"
 
@@ -20,26 +21,19 @@ Tokens split_words(const std::string& text) {
   return tokens;
 }
 
-// FNV-1a over the ids: cheap, and any difference in order or content changes it.
-void mix(std::uint64_t& digest, std::int64_t value) {
-  for (int byte = 0; byte < 8; ++byte) {
-    digest ^= static_cast<std::uint64_t>(value >> (8 * byte)) & 0xff;
-    digest *= 1099511628211ULL;
-  }
-}
-
-// One padded i32 matrix per side: the dataset's two fields.
+// One padded i32 matrix per side: the dataset's two fields. `digest` takes in the ids (FNV-1a:
+// cheap, and any difference in order or content changes it), each as the 8 bytes of an i64.
 DatasetPtr make_dataset(const std::vector<std::vector<std::int32_t>>& sources,
                         const std::vector<std::vector<std::int32_t>>& targets, std::int64_t source_width,
-                        std::int64_t target_width, std::uint64_t& digest) {
+                        std::int64_t target_width, Fnv1a64& digest) {
   const auto n = static_cast<std::int64_t>(sources.size());
   std::vector<std::int32_t> src(n * source_width, kPad), tgt(n * target_width, kPad);
   for (std::int64_t i = 0; i < n; ++i) {
     std::copy(sources[i].begin(), sources[i].end(), src.begin() + i * source_width);
     std::copy(targets[i].begin(), targets[i].end(), tgt.begin() + i * target_width);
   }
-  for (std::int32_t id : src) mix(digest, id);
-  for (std::int32_t id : tgt) mix(digest, id);
+  for (std::int32_t id : src) digest.value(static_cast<std::uint64_t>(id));
+  for (std::int32_t id : tgt) digest.value(static_cast<std::uint64_t>(id));
   return std::make_shared<TupleDataset>(
       std::vector<Tensor>{from_vector(src, {n, source_width}), from_vector(tgt, {n, target_width})});
 }
@@ -137,9 +131,10 @@ Seq2seqData make_seq2seq_data(const std::vector<SentencePair>& pairs, std::int64
     parts[part].push_back(sources[order[k]]);
     parts[part + 1].push_back(targets[order[k]]);
   }
-  data.digest = 14695981039346656037ULL;
-  data.test = make_dataset(parts[0], parts[1], source_width, data.max_target_length, data.digest);
-  data.train = make_dataset(parts[2], parts[3], source_width, data.max_target_length, data.digest);
+  Fnv1a64 digest;
+  data.test = make_dataset(parts[0], parts[1], source_width, data.max_target_length, digest);
+  data.train = make_dataset(parts[2], parts[3], source_width, data.max_target_length, digest);
+  data.digest = digest.digest();
   return data;
 }
 
