@@ -11,6 +11,8 @@ PACKAGES=(
   libmpich-dev
   catch2
   zlib1g-dev
+  nlohmann-json3-dev  # JSON: the training log, the multi-node snapshot manifest
+  libcli11-dev  # the trainers' command-line flags
   libopenblas0-openmp  # fp32/fp64 GEMM (core/cpu/matmul.cc), the OpenMP build of OpenBLAS
   dataset-fashion-mnist
   python3-numpy  # tests: .npz files must round-trip with NumPy

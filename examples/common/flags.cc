@@ -4,18 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <CLI/CLI.hpp>
+
 #include "core/error.h"
 #include "cuda/cuda.h"
 
 namespace tandem {
 namespace examples {
-
-Flags::Flags(std::string program, std::string description)
-    : program_(std::move(program)), description_(std::move(description)) {}
-
-void Flags::check_new(const std::string& name) const {
-  TANDEM_CHECK(!flags_.count(name), program_, ": flag --", name, " is defined twice");
-}
 
 namespace {
 
@@ -31,60 +26,68 @@ bool first_process() {
 
 }  // namespace
 
-void Flags::add_int(const std::string& name, long long value, const std::string& help) {
-  check_new(name);
-  flags_[name] = {Kind::integer, std::to_string(value), help};
+Flags::Flags(std::string program, std::string description)
+    : program_(std::move(program)), app_(std::make_unique<CLI::App>(std::move(description), program_)) {
+  // What CLI11 does not recognise is left in remaining(), for parse() to name.
+  app_->allow_extras();
+}
+
+Flags::~Flags() = default;
+
+void Flags::add(const std::string& name, Kind kind, std::string value, const std::string& help) {
+  TANDEM_CHECK(!flags_.count(name), program_, ": flag --", name, " is defined twice");
+  Flag& f = flags_[name];
+  f = {kind, std::move(value)};
+  app_->add_option("--" + name, f.value, help)
+      ->capture_default_str()  // --help shows it
+      ->type_name(kind == Kind::integer ? "INT" : kind == Kind::real ? "FLOAT" : "TEXT")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   order_.push_back(name);
+}
+
+void Flags::add_int(const std::string& name, long long value, const std::string& help) {
+  add(name, Kind::integer, std::to_string(value), help);
 }
 
 void Flags::add_double(const std::string& name, double value, const std::string& help) {
-  check_new(name);
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%g", value);
-  flags_[name] = {Kind::real, buffer, help};
-  order_.push_back(name);
+  add(name, Kind::real, buffer, help);
 }
 
 void Flags::add_string(const std::string& name, const std::string& value, const std::string& help) {
-  check_new(name);
-  flags_[name] = {Kind::text, value, help};
-  order_.push_back(name);
+  add(name, Kind::text, value, help);
 }
 
 bool Flags::parse(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      if (!first_process()) return false;
-      std::printf("usage: %s [flags]\n%s\n\n", program_.c_str(), description_.c_str());
-      for (const auto& name : order_) {
-        const Flag& f = flags_.at(name);
-        std::printf("  --%-14s %s (default: %s)\n", name.c_str(), f.help.c_str(),
-                    f.value.empty() ? "none" : f.value.c_str());
-      }
-      return false;
-    }
-    TANDEM_CHECK(arg.rfind("--", 0) == 0, program_, ": unexpected argument '", arg, "' (see --help)");
-    std::string name = arg.substr(2), value;
-    const auto equals = name.find('=');
-    if (equals != std::string::npos) {
-      value = name.substr(equals + 1);
-      name = name.substr(0, equals);
-    } else {
-      TANDEM_CHECK(i + 1 < argc, program_, ": flag --", name, " needs a value (see --help)");
-      value = argv[++i];
-    }
-    auto it = flags_.find(name);
-    TANDEM_CHECK(it != flags_.end(), program_, ": unknown flag --", name, " (see --help)");
-    if (it->second.kind != Kind::text) {
-      errno = 0;
-      char* end = nullptr;
-      if (it->second.kind == Kind::integer) (void)std::strtoll(value.c_str(), &end, 10);
-      else (void)std::strtod(value.c_str(), &end);
-      TANDEM_CHECK(!value.empty() && *end == '\0' && errno == 0, program_, ": flag --", name, " needs ",
-                   it->second.kind == Kind::integer ? "an integer" : "a number", ", got '", value, "'");
-    }
-    it->second.value = value;
+  try {
+    app_->parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (first_process()) std::printf("%s", app_->help().c_str());
+    return false;
+  } catch (const CLI::ArgumentMismatch& e) {  // "--epoch: 1 required INT missing"
+    const std::string what = e.what();
+    TANDEM_FAIL(program_, ": flag ", what.substr(0, what.find(':')), " needs a value (see --help)");
+  } catch (const CLI::ParseError& e) {
+    TANDEM_FAIL(program_, ": ", e.what(), " (see --help)");
+  }
+  const std::vector<std::string> extra = app_->remaining();
+  if (!extra.empty()) {
+    const std::string& arg = extra.front();
+    TANDEM_CHECK(arg.rfind("--", 0) != 0, program_, ": unknown flag ", arg.substr(0, arg.find('=')), " (see --help)");
+    TANDEM_FAIL(program_, ": unexpected argument '", arg, "' (see --help)");
+  }
+  // CLI11 only stores the text: numbers are read here, as decimal and in range (CLI11's own
+  // conversion would take "010" as octal and let an overflow through).
+  for (const auto& name : order_) {
+    const Flag& f = flags_.at(name);
+    if (f.kind == Kind::text) continue;
+    errno = 0;
+    char* end = nullptr;
+    if (f.kind == Kind::integer) (void)std::strtoll(f.value.c_str(), &end, 10);
+    else (void)std::strtod(f.value.c_str(), &end);
+    TANDEM_CHECK(!f.value.empty() && *end == '\0' && errno == 0, program_, ": flag --", name, " needs ",
+                 f.kind == Kind::integer ? "an integer" : "a number", ", got '", f.value, "'");
   }
   return true;
 }

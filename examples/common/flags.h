@@ -1,13 +1,19 @@
-// A small command-line parser for the examples, in the style of Chainer's argparse flags:
-// `--epoch 10`, `--out result`. Unknown flags and bad values are errors with a one-line message.
+// The examples' command-line flags, in the style of Chainer's argparse flags: `--epoch 10` or
+// `--epoch=10`, `--out result`, parsed by CLI11 (kept out of this header). Unknown flags and bad
+// values are errors with a one-line message; a flag given twice takes its last value.
 #pragma once
 
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace tandem {
 namespace examples {
@@ -15,13 +21,15 @@ namespace examples {
 class Flags {
  public:
   explicit Flags(std::string program, std::string description);
+  ~Flags();
 
   // Declares a flag with its default (shown in --help).
   void add_int(const std::string& name, long long default_value, const std::string& help);
   void add_double(const std::string& name, double default_value, const std::string& help);
   void add_string(const std::string& name, const std::string& default_value, const std::string& help);
 
-  // Parses argv. Returns false after printing --help; throws tandem::Error on a bad flag.
+  // Parses argv. Returns false after --help (or -h), which prints the flags with their defaults
+  // (only on the first process under mpiexec); throws tandem::Error on a bad flag.
   bool parse(int argc, char** argv);
 
   long long get_int(const std::string& name) const;
@@ -32,14 +40,15 @@ class Flags {
   enum class Kind { integer, real, text };
   struct Flag {
     Kind kind;
-    std::string value, help;
+    std::string value;  // CLI11 writes the given value here (std::map keeps its address)
   };
+  void add(const std::string& name, Kind kind, std::string value, const std::string& help);
   const Flag& flag(const std::string& name, Kind kind) const;
-  void check_new(const std::string& name) const;  // a flag defined twice is a programming error
 
-  std::string program_, description_;
+  std::string program_;
+  std::unique_ptr<CLI::App> app_;
   std::map<std::string, Flag> flags_;
-  std::vector<std::string> order_;
+  std::vector<std::string> order_;  // numbers are checked in this order
 };
 
 // Parses a trainer's command line before MPI starts, so that a bad one ends every process with

@@ -1,6 +1,7 @@
 // The trainer: triggers, logs, evaluation, and snapshot/resume that continues exactly.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,44 @@ TEST_CASE("a run resumed from a snapshot ends exactly where an uninterrupted run
   }
   const std::string json = read_all(out + "/log");
   REQUIRE(std::count(json.begin(), json.end(), '{') == 4);
+}
+
+TEST_CASE("the log file is a JSON list with one entry a line, NaN and Infinity written as Python writes them",
+          "[trainer]") {
+  // Reports values that JSON cannot hold as numbers, and a key that needs escaping.
+  struct Odd : Extension {
+    std::string name() const override { return "Odd"; }
+    int priority() const override { return 300; }  // before LogReport
+    void operator()(Trainer& trainer) override {
+      trainer.observation()["odd/nan"] = std::nan("");
+      trainer.observation()["odd/inf"] = INFINITY;
+      trainer.observation()["odd/-inf"] = -INFINITY;
+      trainer.observation()["odd/third"] = 1.0 / 3;
+      trainer.observation()["odd/small"] = -1.5e-7;
+      trainer.observation()["odd/\"quoted\"\t\\"] = 2;
+    }
+  };
+  auto [train, test] = toy_data();
+  const std::string out = fresh_dir("log_format");
+  Setup s = make_trainer(Trigger::epochs(2), out, train, test);
+  s.trainer->extend(std::make_shared<Odd>());
+  s.trainer->run();
+  const std::string json = read_all(out + "/log");
+  std::vector<std::string> lines;
+  std::istringstream in(json);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "[");
+  CHECK(lines[3] == "]");
+  for (int i : {1, 2}) {
+    INFO(lines[i]);
+    CHECK(lines[i].rfind("  {\"elapsed_time\": ", 0) == 0);
+    CHECK(lines[i].back() == (i == 1 ? ',' : '}'));
+    CHECK_THAT(lines[i], Catch::Contains(", \"epoch\": " + std::to_string(i) + ", \"iteration\": "));
+    CHECK_THAT(lines[i], Catch::Contains("\"odd/\\\"quoted\\\"\\t\\\\\": 2, \"odd/-inf\": -Infinity, "
+                                         "\"odd/inf\": Infinity, \"odd/nan\": NaN, \"odd/small\": -1.5e-07, "
+                                         "\"odd/third\": 0.333333333, \"validation/main/accuracy\": "));
+  }
 }
 
 TEST_CASE("iteration triggers and an iteration stop", "[trainer]") {

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/ops.h"
 #include "layers/serializers/npz.h"
@@ -13,24 +16,31 @@ namespace tandem {
 
 namespace {
 
-// JSON numbers as Python's json module writes them (NaN and Infinity included, so a diverged
-// run still produces a loadable log).
+// A log entry's number. Integral values (epoch, iteration) print as integers; others to 9
+// significant digits, the precision of the float32 values averaged, printed by nlohmann as the
+// shortest text that reads back as that. NaN and +-Infinity are not JSON, and nlohmann would
+// write them as null: they are written as Python's json module writes them, so that a diverged
+// run's log still loads, with its values.
 std::string json_number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  if (v == std::floor(v) && std::abs(v) < 1e15) return nlohmann::json(static_cast<long long>(v)).dump();
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.9g", v);
-  return buffer;
+  return nlohmann::json(std::strtod(buffer, nullptr)).dump();
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+// One entry of the log: one line, {"key": value, ...} in key order, with Python's json.dumps
+// separators (nlohmann's dump has no one-line layout with them). Keys are escaped by nlohmann;
+// bytes that are not UTF-8 become U+FFFD rather than an invalid file.
+std::string json_entry(const Observation& entry) {
+  std::string line = "{";
+  for (const auto& [key, value] : entry) {
+    if (line.size() > 1) line += ", ";
+    line += nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ": " +
+            json_number(value);
   }
-  return out + "\"";
+  return line + "}";
 }
 
 std::string format_duration(double seconds) {
@@ -65,13 +75,7 @@ void LogReport::operator()(Trainer& trainer) {
   entry["elapsed_time"] = trainer.elapsed_seconds();
   sums_.clear();
   counts_.clear();
-  std::string json = "  {";
-  bool first = true;
-  for (const auto& [key, value] : entry) {
-    json += std::string(first ? "" : ", ") + json_string(key) + ": " + json_number(value);
-    first = false;
-  }
-  log_json_.push_back(json + "}");
+  log_json_.push_back("  " + json_entry(entry));
   log_.push_back(std::move(entry));
   write(trainer);
 }

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "comm/transport/communicator.h"
 #include "comm/training/multi_node_snapshot.h"
@@ -274,6 +276,56 @@ TEST_CASE("no manifest, a malformed one, or one of another number of ranks is an
                Contains("the snapshot manifest " + base + "/" + kSnapshotManifest + " was written by a job of " +
                         std::to_string(size - 1) + " ranks; this job has " + std::to_string(size)));
   }
+}
+
+TEST_CASE("a damaged manifest is an error naming it and what is wrong, never a crash") {
+  auto comm = world();
+  const int rank = comm->rank();
+  const std::string base = two_epochs("damaged");
+  const std::string path = base + "/" + kSnapshotManifest;
+  const std::string good = read_all(path);
+  comm->barrier();  // every rank has read it before rank 0 overwrites it
+  // `good` with its first `from` replaced by `to`.
+  const auto edited = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const auto at = text.find(from);
+    CHECK(at != std::string::npos);
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "parse error at line 1, column 1"},
+      {"\xff\xfe", "parse error"},
+      {good + "}", "parse error"},
+      {std::string(100000, '[') + std::string(100000, ']'), "the manifest has the wrong type"},
+      {"[1, 2]", "the manifest has the wrong type"},
+      {"{}", "no \"format\""},
+      {edited("tandem multi-node snapshot manifest 1", "tandem manifest 2"), "\"format\" is not \""},
+      {edited("\"iteration\": 8", "\"iteration\": -8"), "\"iteration\" is negative"},
+      {edited("\"iteration\": 8", "\"iteration\": 8.5"), "\"iteration\" has the wrong type"},
+      {edited("\"iteration\": 8", "\"iteration\": \"8\""), "\"iteration\" has the wrong type"},
+      {edited("\"iteration\": 8", "\"iteration\": 99999999999999999999"), "\"iteration\" has the wrong type"},
+      {edited("\"iteration\": 8", "\"iteration\": 18446744073709551615"), "\"iteration\" is too large"},
+      {edited("\"ranks\": ", "\"ranks\": 1"), "entries for 1"},
+      {edited("{\"rank\": 0", "{\"rank\": 1"), "file entry 0 is for rank 1"},
+      {edited("\"fnv1a64\": \"", "\"fnv1a64\": \"0"), "file entry 0 is malformed"},
+      {edited("\"complete\": [4, 8]", "\"complete\": [4, null]"), "an entry of \"complete\" has the wrong type"},
+      {edited("\"complete\": [4, 8]", "\"complete\": {}"), "\"complete\" has the wrong type"},
+  };
+  for (const auto& [text, why] : cases) {
+    if (rank == 0) write_all(path, text);
+    comm->barrier();
+    const std::string error = error_of([&] { latest_complete_snapshot(*comm, rank_dir(base, rank)); });
+    CHECK_THAT(error, Contains("snapshot manifest " + path + " is malformed: ") && Contains(why));
+    comm->barrier();
+  }
+  // The writer replaces a damaged manifest, starting its list of complete snapshots again.
+  if (rank == 0) write_all(path, "{\"format\":");
+  comm->barrier();
+  Run resumed = make_run(rank_dir(base, rank), 3);
+  resumed.trainer->load_snapshot(rank_dir(base, rank) + "/snapshot_iter_8.npz");
+  resumed.trainer->run();
+  CHECK_THAT(read_all(path), Contains("\"complete\": [12]"));
+  CHECK(latest_complete_snapshot(*comm, rank_dir(base, rank)).iteration == 12);
 }
 
 TEST_CASE("keep: every rank deletes its files of the complete snapshots beyond the newest few") {
