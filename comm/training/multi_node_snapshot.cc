@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -75,23 +78,14 @@ struct Manifest {
   std::vector<std::int64_t> complete;  // complete snapshots still on disk, oldest first
 };
 
+// A string as JSON, escaped by nlohmann. Bytes that are not UTF-8 become U+FFFD, so the manifest
+// stays valid JSON (of a path, only the file's base name, tandem's own, is read back).
 std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char escape[7];
-      std::snprintf(escape, sizeof escape, "\\u%04x", c);
-      out += escape;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// The manifest's layout (see the header): one line per rank's file, which nlohmann's dump cannot
+// lay out; the strings are nlohmann's.
 std::string format_manifest(const Manifest& m) {
   std::ostringstream out;
   out << "{\n  \"format\": " << quoted(kFormat) << ",\n  \"iteration\": " << m.iteration
@@ -107,151 +101,87 @@ std::string format_manifest(const Manifest& m) {
   return out.str();
 }
 
-// A JSON value: just enough of JSON for the manifest (objects, arrays, strings, integers).
-struct Json {
-  enum class Kind { string, integer, array, object } kind = Kind::string;
-  std::string text;
-  std::int64_t integer = 0;
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-};
-
-class ManifestParser {
+// Reads a manifest from its bytes on disk, which may be anything: whatever is not a well-formed
+// manifest is a tandem::Error naming `source` and what is wrong, never a crash (nlohmann parses
+// and frees without recursion, however deep the nesting).
+class ManifestReader {
  public:
-  ManifestParser(const std::string& text, const std::string& source) : text_(text), source_(source) {}
+  explicit ManifestReader(std::string source) : source_(std::move(source)) {}
 
-  Manifest parse() {
-    const Json root = value(0);
-    skip_space();
-    if (pos_ != text_.size()) fail("unexpected text after the manifest");
-    expect(root, Json::Kind::object, "the manifest");
-    if (member(root, "format", Json::Kind::string).text != kFormat)
-      fail(std::string("\"format\" is not \"") + kFormat + "\"");
-    Manifest m;
-    m.iteration = non_negative(member(root, "iteration", Json::Kind::integer), "\"iteration\"");
-    m.ranks = static_cast<int>(non_negative(member(root, "ranks", Json::Kind::integer), "\"ranks\""));
-    const Json& files = member(root, "files", Json::Kind::array);
-    if (m.ranks < 1 || files.items.size() != static_cast<std::size_t>(m.ranks))
-      fail("\"files\" has " + std::to_string(files.items.size()) + " entries for " + std::to_string(m.ranks) +
-           " ranks");
-    for (std::size_t r = 0; r < files.items.size(); ++r) {
-      const Json& entry = files.items[r];
-      expect(entry, Json::Kind::object, "a file entry");
-      ManifestFile f;
-      f.rank = static_cast<int>(member(entry, "rank", Json::Kind::integer).integer);
-      if (f.rank != static_cast<int>(r))
-        fail("file entry " + std::to_string(r) + " is for rank " + std::to_string(f.rank));
-      f.path = member(entry, "path", Json::Kind::string).text;
-      f.bytes = non_negative(member(entry, "bytes", Json::Kind::integer), "\"bytes\"");
-      f.digest = member(entry, "fnv1a64", Json::Kind::string).text;
-      if (f.path.empty() || f.digest.size() != 16) fail("file entry " + std::to_string(r) + " is malformed");
-      m.files.push_back(f);
+  Manifest parse(const std::string& text) const {
+    nlohmann::json root;
+    try {
+      root = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      fail(without_id(e.what()));  // "parse error at line 3, column 5: syntax error ..."
     }
-    for (const Json& it : member(root, "complete", Json::Kind::array).items) {
-      expect(it, Json::Kind::integer, "an entry of \"complete\"");
-      m.complete.push_back(it.integer);
+    try {
+      return manifest(root);
+    } catch (const nlohmann::json::exception& e) {  // the checks below leave none; one would be a bug here
+      fail(without_id(e.what()));
     }
-    return m;
   }
 
  private:
-  [[noreturn]] void fail(const std::string& why) const {
-    TANDEM_FAIL("snapshot manifest ", source_, " is malformed: ", why, " (at byte ", pos_, ")");
-  }
-  void expect(const Json& v, Json::Kind kind, const std::string& what) const {
-    if (v.kind != kind) fail(what + " has the wrong type");
-  }
-  const Json& member(const Json& object, const std::string& key, Json::Kind kind) const {
-    for (const auto& m : object.members)
-      if (m.first == key) {
-        expect(m.second, kind, "\"" + key + "\"");
-        return m.second;
-      }
-    fail("no \"" + key + "\"");
-  }
-  std::int64_t non_negative(const Json& v, const std::string& what) const {
-    if (v.integer < 0) fail(what + " is negative");
-    return v.integer;
-  }
-  void skip_space() {
-    while (pos_ < text_.size() && std::strchr(" \t\r\n", text_[pos_])) ++pos_;
-  }
-  char next() {
-    skip_space();
-    if (pos_ >= text_.size()) fail("it ends early");
-    return text_[pos_];
-  }
-  void consume(char c) {
-    if (next() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  Json value(int depth) {
-    if (depth > 8) fail("nested too deeply");
-    Json v;
-    const char c = next();
-    if (c == '{') {
-      v.kind = Json::Kind::object;
-      ++pos_;
-      if (next() == '}') return ++pos_, v;
-      for (;;) {
-        std::string key = string();
-        consume(':');
-        v.members.emplace_back(std::move(key), value(depth + 1));
-        if (next() == '}') return ++pos_, v;
-        consume(',');
-      }
+  Manifest manifest(const nlohmann::json& root) const {
+    if (!root.is_object()) fail("the manifest has the wrong type");
+    if (text(member(root, "format"), "\"format\"") != kFormat)
+      fail(std::string("\"format\" is not \"") + kFormat + "\"");
+    Manifest m;
+    m.iteration = non_negative(member(root, "iteration"), "\"iteration\"");
+    const std::int64_t ranks = non_negative(member(root, "ranks"), "\"ranks\"");
+    const nlohmann::json& files = member(root, "files");
+    if (!files.is_array()) fail("\"files\" has the wrong type");
+    if (ranks < 1 || files.size() != static_cast<std::uint64_t>(ranks))
+      fail("\"files\" has " + std::to_string(files.size()) + " entries for " + std::to_string(ranks) + " ranks");
+    m.ranks = static_cast<int>(ranks);
+    for (std::size_t r = 0; r < files.size(); ++r) {
+      const nlohmann::json& entry = files[r];
+      if (!entry.is_object()) fail("a file entry has the wrong type");
+      ManifestFile f;
+      const std::int64_t rank = non_negative(member(entry, "rank"), "\"rank\"");
+      if (rank != static_cast<std::int64_t>(r))
+        fail("file entry " + std::to_string(r) + " is for rank " + std::to_string(rank));
+      f.rank = static_cast<int>(r);
+      f.path = text(member(entry, "path"), "\"path\"");
+      f.bytes = non_negative(member(entry, "bytes"), "\"bytes\"");
+      f.digest = text(member(entry, "fnv1a64"), "\"fnv1a64\"");
+      if (f.path.empty() || f.digest.size() != 16) fail("file entry " + std::to_string(r) + " is malformed");
+      m.files.push_back(f);
     }
-    if (c == '[') {
-      v.kind = Json::Kind::array;
-      ++pos_;
-      if (next() == ']') return ++pos_, v;
-      for (;;) {
-        v.items.push_back(value(depth + 1));
-        if (next() == ']') return ++pos_, v;
-        consume(',');
-      }
-    }
-    if (c == '"') {
-      v.text = string();
-      return v;
-    }
-    v.kind = Json::Kind::integer;
-    const bool negative = c == '-';
-    if (negative) ++pos_;
-    const std::size_t start = pos_;
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    if (pos_ == start || pos_ - start > 15) fail("expected an integer, a string, an array or an object");
-    v.integer = std::stoll(text_.substr(start, pos_ - start)) * (negative ? -1 : 1);
-    return v;
-  }
-  std::string string() {
-    consume('"');
-    std::string out;
-    while (pos_ < text_.size() && text_[pos_] != '"') {
-      char c = text_[pos_++];
-      if (c == '\\') {
-        if (pos_ >= text_.size()) break;
-        c = text_[pos_++];
-        if (c == 'u') {
-          if (pos_ + 4 > text_.size()) break;
-          c = static_cast<char>(std::stoi(text_.substr(pos_, 4), nullptr, 16));
-          pos_ += 4;
-        } else if (c == 'n') {
-          c = '\n';
-        } else if (c == 't') {
-          c = '\t';
-        }
-      }
-      out += c;
-    }
-    if (pos_ >= text_.size()) fail("a string does not end");
-    ++pos_;
-    return out;
+    const nlohmann::json& complete = member(root, "complete");
+    if (!complete.is_array()) fail("\"complete\" has the wrong type");
+    for (const nlohmann::json& it : complete) m.complete.push_back(non_negative(it, "an entry of \"complete\""));
+    return m;
   }
 
-  const std::string& text_;
+  [[noreturn]] void fail(const std::string& why) const {
+    TANDEM_FAIL("snapshot manifest ", source_, " is malformed: ", why);
+  }
+  // nlohmann's messages start with an id, "[json.exception.parse_error.101] ".
+  static std::string without_id(const std::string& what) {
+    const auto end = what.find("] ");
+    return what.compare(0, 16, "[json.exception.") == 0 && end != std::string::npos ? what.substr(end + 2) : what;
+  }
+  const nlohmann::json& member(const nlohmann::json& object, const std::string& key) const {
+    const auto it = object.find(key);
+    if (it == object.end()) fail("no \"" + key + "\"");
+    return *it;
+  }
+  const std::string& text(const nlohmann::json& v, const std::string& what) const {
+    if (!v.is_string()) fail(what + " has the wrong type");
+    return v.get_ref<const std::string&>();
+  }
+  std::int64_t non_negative(const nlohmann::json& v, const std::string& what) const {
+    if (!v.is_number_integer()) fail(what + " has the wrong type");
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      fail(what + " is too large");
+    const auto value = v.get<std::int64_t>();
+    if (value < 0) fail(what + " is negative");
+    return value;
+  }
+
   std::string source_;
-  std::size_t pos_ = 0;
 };
 
 // What each rank reports to rank 0 after writing: "ok\n<iteration>\n<bytes>\n<digest>\n<path>",
@@ -352,7 +282,7 @@ std::string MultiNodeSnapshotWriter::commit(const Trainer& trainer, std::int64_t
     std::string previous, unused;
     if (read_file(manifest_path, previous, unused)) {
       try {
-        const Manifest old = ManifestParser(previous, manifest_path).parse();
+        const Manifest old = ManifestReader(manifest_path).parse(previous);
         if (old.ranks == m.ranks)
           for (std::int64_t it : old.complete)
             if (it < iteration) m.complete.push_back(it);
@@ -398,7 +328,7 @@ CompleteSnapshot latest_complete_snapshot(Communicator& comm, const std::string&
   if (message.compare(0, 6, "error\n") == 0) throw Error(who + message.substr(6));
   const std::size_t newline = message.find('\n', 3);
   const std::string manifest_path = message.substr(3, newline - 3);
-  const Manifest m = ManifestParser(message.substr(newline + 1), manifest_path).parse();
+  const Manifest m = ManifestReader(manifest_path).parse(message.substr(newline + 1));
   TANDEM_CHECK(m.ranks == comm.size(), who, "the snapshot manifest ", manifest_path, " was written by a job of ",
                m.ranks, " ranks; this job has ", comm.size(), " (resume with the same number of ranks)");
 
