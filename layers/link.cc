@@ -29,6 +29,20 @@ Variables Link::forward_many(const Variables& xs) {
   return {forward(xs[0])};
 }
 
+namespace {
+
+Variable only_output(const Link& link, const Variables& ys, std::size_t inputs) {
+  TANDEM_CHECK(ys.size() == 1, link.type_name(), ": forward of ", inputs, " input(s) gave ", ys.size(),
+               " outputs, not one; use forward_many");
+  return ys[0];
+}
+
+}  // namespace
+
+Variable Link::forward(const Variable& x, const Variable& t) { return only_output(*this, forward_many({x, t}), 2); }
+
+Variable Link::forward() { return only_output(*this, forward_many({}), 0); }
+
 void Link::collect_params(const std::string& prefix, bool include_uninitialized,
                           std::vector<std::pair<std::string, Variable>>& out) const {
   for (const auto& [name, variable] : params_)
@@ -144,6 +158,35 @@ Variable& Link::initialize_param(const std::string& name, const Tensor& value) {
 }
 
 bool Link::param_initialized(const std::string& name) const { return params_[param_index(name)].second.defined(); }
+
+void Link::check_loaded_shape(const std::string&, const Shape&) {}
+
+Link* Link::param_owner(const std::string& path, std::string& name) {
+  for (const auto& entry : params_) {
+    if (entry.first != path) continue;
+    name = path;
+    return this;
+  }
+  for (auto& [child_name, child] : children_) {
+    const std::string head = child_name + "/";
+    if (path.compare(0, head.size(), head) != 0) continue;
+    if (Link* owner = child->param_owner(path.substr(head.size()), name)) return owner;
+  }
+  return nullptr;
+}
+
+void Link::initialize_param_from(const std::string& path, const Tensor& value) {
+  std::string name;
+  Link* owner = param_owner(path, name);
+  TANDEM_CHECK(owner != nullptr, type_name(), ": no parameter '", path, "' (has: ", list_names(namedparams(true)), ")");
+  TANDEM_CHECK(!owner->param_initialized(name), type_name(), ": parameter '", path, "' is already initialised (",
+               owner->params_[owner->param_index(name)].second.description(), ")");
+  owner->check_loaded_shape(name, value.shape());
+  Tensor placed = value.to(owner->device_);
+  // A copy of its own: the parameter must not alias the caller's tensor (another model's, say).
+  if (placed.shares_storage_with(value)) placed = placed.clone();
+  owner->initialize_param(name, placed);
+}
 
 void Link::add_persistent(const std::string& name, const Tensor& value) {
   for (const auto& entry : persistents_)

@@ -4,10 +4,12 @@
 // (tensors saved with the model but not trained, e.g. batch-norm running statistics).
 // A Chain nests named child links and a ChainList an ordered list of them; parameter names
 // are paths: "predictor/l1/W". Parameters may be declared before their shape is known
-// (Linear(-1, 100)) and are initialised at the first forward pass.
+// (Linear(-1, 100)) and are initialised at the first forward pass, or by loading saved values
+// (load_npz, Trainer::load_snapshot), which take the shapes from the file.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,9 +35,22 @@ class Link {
   // A single-input forward, for links that have one (Linear, Convolution2D, user chains).
   virtual Variable forward(const Variable& x);
   Variable operator()(const Variable& x) { return forward(x); }
-  // Several inputs and/or outputs (a MultiNodeChainList component that receives from several
-  // ranks, or sends a pair). The default passes a single input to forward(x).
+  // Any number of inputs and outputs, as Chainer's link(*args): a model that is its own loss
+  // takes (x, t) (Classifier); a MultiNodeChainList component may receive from several ranks or
+  // send a pair; a rank of a model-parallel model whose input comes from another rank takes
+  // none. The default passes a single input to forward(x). The updater and the evaluator call
+  // it with the fields of each batch.
   virtual Variables forward_many(const Variables& xs);
+  // forward_many with two inputs, or none, that must give one output: classifier->forward(x, t)
+  // is the loss; model->forward() on a rank without input is its output or delegate variable.
+  Variable forward(const Variable& x, const Variable& t);
+  Variable operator()(const Variable& x, const Variable& t) { return forward(x, t); }
+  Variable forward();
+
+  // What the last forward reports, by name, as Chainer's reporter: Classifier gives "loss" and
+  // "accuracy". The updater reports it under "main/", the evaluator under "validation/main/".
+  // The default reports nothing.
+  virtual std::map<std::string, double> observation() const { return {}; }
 
   // ---- parameters and persistent buffers of this link and all its descendants ----
   // (name, parameter) pairs in registration order, children after their parent's own, with
@@ -47,6 +62,13 @@ class Link {
   void cleargrads();
   // Copies parameter and persistent values from a link of the same structure.
   void copyparams(const Link& other);
+  // Creates the parameter at `path` ("predictor/l1/W"), declared without a shape (Linear(-1, n))
+  // and not initialised yet, from a saved value: its shape and dtype, on the owning link's
+  // device, holding a copy of the value. load_npz and Trainer::load_snapshot fill lazily shaped
+  // parameters this way, so a model loads without a forward pass (as Chainer's serializers do).
+  // The owning link checks the shape first (Linear: [out_size, in_size], which fixes in_size).
+  // Errors: no such parameter, one already initialised, or a shape the link cannot take.
+  void initialize_param_from(const std::string& path, const Tensor& value);
 
   // Moves every parameter (its value and gradient) and every persistent buffer of this link and
   // its descendants to `device`, as Chainer's to_device; parameters initialised later (lazy
@@ -75,6 +97,10 @@ class Link {
   void add_uninitialized_param(const std::string& name);
   Variable& initialize_param(const std::string& name, const Tensor& value);
   bool param_initialized(const std::string& name) const;
+  // Checks a saved shape for this link's uninitialised parameter `name` before
+  // initialize_param_from creates it, and records what the shape fixes (Linear: in_size). The
+  // default accepts any shape.
+  virtual void check_loaded_shape(const std::string& name, const Shape& shape);
   void add_persistent(const std::string& name, const Tensor& value);
   void add_child(const std::string& name, LinkPtr child);
 
@@ -83,6 +109,8 @@ class Link {
                       std::vector<std::pair<std::string, Variable>>& out) const;
   void collect_persistents(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
   std::size_t param_index(const std::string& name) const;
+  // The link that owns the parameter at `path` and its name there, or null.
+  Link* param_owner(const std::string& path, std::string& name);
 
   std::vector<std::pair<std::string, Variable>> params_;
   std::vector<std::pair<std::string, Tensor>> persistents_;

@@ -2,6 +2,24 @@
 
 namespace tandem {
 
+Variable forward_batch(Link& model, const Example& batch) {
+  Variables inputs;
+  for (const Tensor& field : batch) inputs.emplace_back(field.to(model.device()));
+  const Variables outputs = model.forward_many(inputs);
+  TANDEM_CHECK(outputs.size() == 1, model.type_name(), ": a model run on a batch of ", batch.size(),
+               " field(s) must give one output (the loss, or a delegate variable), got ", outputs.size());
+  return outputs[0];
+}
+
+StandardUpdater::StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared_ptr<Optimizer> optimizer)
+    : StandardUpdater(iterator, optimizer, [optimizer](const Example& batch) {
+        Link& model = *optimizer->target();  // read at each step: setup() may come after
+        LossResult result;
+        result.loss = forward_batch(model, batch);
+        result.observation = model.observation();
+        return result;
+      }) {}
+
 StandardUpdater::StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared_ptr<Optimizer> optimizer,
                                  LossFunction loss)
     : iterator_(std::move(iterator)), optimizer_(std::move(optimizer)), loss_(std::move(loss)) {

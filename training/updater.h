@@ -1,6 +1,7 @@
 // The updater: one training step per call. StandardUpdater draws a batch from its iterator,
-// computes the loss with the user's function, backpropagates and updates the optimizer's
-// target; the function also returns the values to report ("loss", "accuracy", ...).
+// computes the loss, backpropagates and updates the optimizer's target. As in Chainer, the
+// target is the loss function unless one is given: the model takes the batch's fields
+// (Classifier: x, t) and returns the loss, and reports observation() ("loss", "accuracy").
 #pragma once
 
 #include <functional>
@@ -25,8 +26,20 @@ struct LossResult {
 // Computes the loss of one batch (the fields of the batch as the iterator stacked them).
 using LossFunction = std::function<LossResult(const Example& batch)>;
 
+// Runs `model` on one batch, as Chainer's updater and evaluator call target(*batch): the
+// batch's fields, moved to the model's device (Chainer's converter), are its inputs
+// (forward_many); its one output is returned.
+Variable forward_batch(Link& model, const Example& batch);
+
 class StandardUpdater {
  public:
+  // Chainer's StandardUpdater(iterator, optimizer): each step calls the optimizer's target on
+  // the batch (forward_batch). Its output is the loss, or on a rank of a model-parallel model
+  // without the loss the delegate variable (size 0), on which backward() runs this rank's part.
+  // Reports the target's observation() under "main/", and "main/loss" when the output is a
+  // scalar; so a rank with a delegate (a MultiNodeChainList, say) reports nothing, as in ChainerMN.
+  StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared_ptr<Optimizer> optimizer);
+  // With a loss function of the batch, which returns the loss and the values to report.
   StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared_ptr<Optimizer> optimizer, LossFunction loss);
 
   // One step; returns its observation ("main/loss", ...).
@@ -51,7 +64,8 @@ class StandardUpdater {
   std::int64_t last_batch_size_ = 0;
 };
 
-// The usual loss function for a Classifier-like model with batches {x, t}.
+// The loss function for a Classifier-like model with batches {x, t}: what
+// StandardUpdater(iterator, optimizer) does when the model is the optimizer's target.
 template <typename Model>
 LossFunction classifier_loss(std::shared_ptr<Model> model) {
   return [model](const Example& batch) {

@@ -37,6 +37,14 @@ void ParallelConvolution2D::initialize_W(std::int64_t in_channels) {
   initialize_param("W", full.slice_rows(begin_, end_).clone());
 }
 
+void ParallelConvolution2D::check_loaded_shape(const std::string& name, const Shape& shape) {
+  if (name != "W") return;
+  TANDEM_CHECK(shape.size() == 4 && shape[0] == end_ - begin_ && shape[1] > 0 && shape[2] == options_.ksize_y &&
+                   shape[3] == options_.ksize_x,
+               "ParallelConvolution2D: W on rank ", comm_->rank(), " must be its ", end_ - begin_, " output channels [",
+               end_ - begin_, ", in_channels, ", options_.ksize_y, ", ", options_.ksize_x, "], got ", shape);
+}
+
 Variable ParallelConvolution2D::forward(const Variable& x) {
   if (!param_initialized("W")) {
     TANDEM_CHECK(x.dim() == 4, "ParallelConvolution2D: input must be [N, C, H, W], got ", x.description());

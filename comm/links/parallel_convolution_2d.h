@@ -19,7 +19,8 @@ namespace tandem {
 
 class ParallelConvolution2D : public Link {
  public:
-  // in_channels -1 defers W's shape to the first forward pass. options.conv.groups must be 1.
+  // in_channels -1 defers W's shape to the first forward pass (or to loading a saved W).
+  // options.conv.groups must be 1.
   ParallelConvolution2D(CommunicatorPtr comm, std::int64_t in_channels, std::int64_t out_channels,
                         Convolution2DOptions options = {});
   std::string type_name() const override { return "ParallelConvolution2D"; }
@@ -31,6 +32,10 @@ class ParallelConvolution2D : public Link {
   // This rank's output channels.
   std::int64_t channel_begin() const { return begin_; }
   std::int64_t channel_end() const { return end_; }
+
+ protected:
+  // A saved W must be this rank's rows: [end - begin, in_channels, ksize_y, ksize_x].
+  void check_loaded_shape(const std::string& name, const Shape& shape) override;
 
  private:
   void initialize_W(std::int64_t in_channels);

@@ -1,7 +1,9 @@
 // create_multi_node_evaluator (chainermn.create_multi_node_evaluator): each rank evaluates its
 // own share of the validation data (e.g. from scatter_dataset), and every metric is averaged
 // over the ranks, so every rank reports the same numbers. All ranks must report the same
-// metric names (checked collectively: a mismatch is an error on every rank).
+// metric names (checked collectively: a mismatch is an error on every rank). Ranks that report
+// nothing (the ranks of a model-parallel model without the loss, Evaluator(it, model) on them)
+// agree on that, average nothing and return nothing.
 #pragma once
 
 #include "comm/transport/communicator.h"

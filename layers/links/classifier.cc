@@ -13,14 +13,17 @@ Classifier::Classifier(LinkPtr predictor, LossFunction lossfun, AccuracyFunction
   add_child("predictor", predictor_);
 }
 
-Variable Classifier::forward(const Variable& x, const Variable& t) {
-  y_ = predictor_->forward(x);
+Variables Classifier::forward_many(const Variables& xs) {
+  TANDEM_CHECK(xs.size() == 2, "Classifier: takes (x, t), the input and the labels, but was given ", xs.size(),
+               " input(s)");
+  const Variable& t = xs[1];
+  y_ = predictor_->forward(xs[0]);
   loss_ = lossfun_(y_, t);
   if (compute_accuracy) {
     NoGradGuard no_grad;
     accuracy_ = accfun_(y_, t);
   }
-  return loss_;
+  return {loss_};
 }
 
 std::map<std::string, double> Classifier::observation() const {

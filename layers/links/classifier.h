@@ -1,5 +1,8 @@
 // Classifier: wraps a predictor and computes the loss (and accuracy) against labels, as
-// Chainer's L.Classifier. The last values are kept for reporting.
+// Chainer's L.Classifier. It takes (x, t) and returns the loss, so it is the loss function
+// the updater and the evaluator call (StandardUpdater(it, optimizer), Evaluator(it, model)):
+// classifier->forward(x, t), or forward_many({x, t}) through any Link. The last values are
+// kept for reporting (observation()).
 #pragma once
 
 #include <functional>
@@ -18,15 +21,16 @@ class Classifier : public Chain {
   explicit Classifier(LinkPtr predictor, LossFunction lossfun = nullptr, AccuracyFunction accfun = nullptr);
 
   std::string type_name() const override { return "Classifier"; }
-  // Returns the loss of predictor(x) against t; records y, loss and accuracy.
-  Variable forward(const Variable& x, const Variable& t);
+  // {x, t}: returns {the loss of predictor(x) against t}; records y, loss and accuracy.
+  // forward(x, t) calls it.
+  Variables forward_many(const Variables& xs) override;
 
   const LinkPtr& predictor() const { return predictor_; }
   const Variable& y() const { return y_; }
   const Variable& loss() const { return loss_; }
   const Variable& accuracy() const { return accuracy_; }
   // {"loss": ..., "accuracy": ...} of the last forward, as plain numbers for reports.
-  std::map<std::string, double> observation() const;
+  std::map<std::string, double> observation() const override;
 
   bool compute_accuracy = true;
 

@@ -24,6 +24,14 @@ void Convolution2D::initialize_W(std::int64_t in_channels) {
                                           options_.dtype));
 }
 
+void Convolution2D::check_loaded_shape(const std::string& name, const Shape& shape) {
+  if (name != "W") return;
+  TANDEM_CHECK(shape.size() == 4 && shape[0] == out_channels_ && shape[1] > 0 && shape[2] == options_.ksize_y &&
+                   shape[3] == options_.ksize_x,
+               "Convolution2D: W must be [out_channels, in_channels / groups, ksize_y, ksize_x] = [", out_channels_,
+               ", *, ", options_.ksize_y, ", ", options_.ksize_x, "], got ", shape);
+}
+
 Variable Convolution2D::forward(const Variable& x) {
   if (!param_initialized("W")) {
     TANDEM_CHECK(x.dim() == 4, "Convolution2D: input must be [N, C, H, W], got ", x.description());

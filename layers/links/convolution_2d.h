@@ -1,5 +1,6 @@
 // Convolution2D (Chainer's L.Convolution2D): W [out_channels, in_channels / groups, kh, kw]
-// and b [out_channels]; in_channels -1 defers W's shape to the first forward pass.
+// and b [out_channels]; in_channels -1 defers W's shape to the first forward pass (or to
+// loading a saved W).
 #pragma once
 
 #include "autograd/functions/convolution.h"
@@ -34,6 +35,10 @@ class Convolution2D : public Link {
   Variable& W() { return param("W"); }
   Variable& b() { return param("b"); }
   std::int64_t out_channels() const { return out_channels_; }
+
+ protected:
+  // A saved W must be [out_channels, in_channels / groups, ksize_y, ksize_x].
+  void check_loaded_shape(const std::string& name, const Shape& shape) override;
 
  private:
   void initialize_W(std::int64_t in_channels);

@@ -20,6 +20,13 @@ void Linear::initialize_W(std::int64_t in_size) {
   initialize_param("W", options_.initialW({out_size_, in_size}, options_.dtype));
 }
 
+void Linear::check_loaded_shape(const std::string& name, const Shape& shape) {
+  if (name != "W") return;
+  TANDEM_CHECK(shape.size() == 2 && shape[0] == out_size_ && shape[1] > 0, "Linear: W must be [out_size, in_size] = [",
+               out_size_, ", in_size], got ", shape);
+  in_size_ = shape[1];
+}
+
 Variable Linear::forward(const Variable& x) {
   if (!param_initialized("W")) {
     TANDEM_CHECK(x.dim() >= 2, "Linear: input must be [N, features...], got ", x.description());

@@ -1,5 +1,5 @@
 // Linear: y = x W^T + b, W of shape [out_size, in_size]. in_size -1 defers the shape to the
-// first forward pass (Chainer's L.Linear(None, n)).
+// first forward pass (Chainer's L.Linear(None, n)), or to loading a saved W.
 #pragma once
 
 #include "layers/initializers.h"
@@ -27,6 +27,10 @@ class Linear : public Link {
   std::int64_t out_size() const { return out_size_; }
   Variable& W() { return param("W"); }
   Variable& b() { return param("b"); }
+
+ protected:
+  // A saved W must be [out_size, in_size]; it fixes in_size.
+  void check_loaded_shape(const std::string& name, const Shape& shape) override;
 
  private:
   void initialize_W(std::int64_t in_size);

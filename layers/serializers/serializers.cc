@@ -24,9 +24,13 @@ void load_link_state(Link& link, const NamedTensors& entries, bool strict, const
   };
   for (auto& [name, param] : link.namedparams(true)) {
     const Tensor& value = find(name, "parameter");
-    if (!param.defined()) {
-      TANDEM_FAIL("load_npz: parameter '", name, "' of ", link.type_name(),
-                  " is not initialised yet; run one forward pass (or give the layer its input size) before loading");
+    if (!param.defined()) {  // a lazily shaped parameter: the file gives its shape
+      try {
+        link.initialize_param_from(name, value);
+      } catch (const Error& e) {
+        TANDEM_FAIL("load_npz: ", source, ": cannot create '", name, "' from ", value.description(), ": ", e.what());
+      }
+      continue;
     }
     TANDEM_CHECK(value.shape() == param.shape() && value.dtype() == param.dtype(), "load_npz: ", source, ": '", name,
                  "' is ", value.description(), " in the file but ", param.description(), " in the model");

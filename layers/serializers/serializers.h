@@ -3,7 +3,8 @@
 // Loading checks every name, shape and dtype and says exactly what does not match. Values are
 // copied into the existing parameters, so optimizers and graphs holding them see the new
 // values. Parameters whose shape is still unknown (Linear(-1, n) before its first forward)
-// are an error: run one forward pass first.
+// are created from the file, with its shape and dtype, on the link's device, as Chainer's
+// serializers do: a fresh lazy model loads without a forward pass (Link::initialize_param_from).
 #pragma once
 
 #include <string>

@@ -1,10 +1,11 @@
-// Link, Chain, ChainList, Linear and Classifier.
+// Link, Chain, ChainList, Linear, Classifier and Identity.
 #include <catch2/catch.hpp>
 
 #include "autograd/functions.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"
 #include "layers/links/classifier.h"
+#include "layers/links/identity.h"
 #include "layers/links/linear.h"
 
 using namespace tandem;
@@ -50,6 +51,42 @@ TEST_CASE("parameter names are paths through the chain", "[link]") {
   REQUIRE(obs.count("loss"));
   REQUIRE(obs.at("accuracy") >= 0.0);
   REQUIRE(obs.at("accuracy") <= 1.0);
+}
+
+TEST_CASE("a Classifier is a Link that takes (x, t) and reports its loss and accuracy", "[link]") {
+  manual_seed(1);
+  auto classifier = std::make_shared<Classifier>(std::make_shared<MLP>());
+  Generator gen(2);
+  const Variable x(randn({4, 6}, gen));
+  const Variable t(from_vector<std::int32_t>({0, 1, 2, 0}));
+  const double direct = classifier->forward(x, t).data().item();
+  // Through the Link interface, as the updater and the evaluator call it.
+  std::shared_ptr<Link> model = classifier;
+  const Variables outputs = model->forward_many({x, t});
+  REQUIRE(outputs.size() == 1);
+  REQUIRE(outputs[0].data().item() == direct);
+  REQUIRE((*model)(x, t).data().item() == direct);
+  const auto observation = model->observation();
+  REQUIRE(observation.at("loss") == direct);
+  REQUIRE(observation.count("accuracy"));
+  REQUIRE_THROWS_WITH(model->forward_many({x}), Catch::Contains("Classifier") && Catch::Contains("(x, t)"));
+  REQUIRE_THROWS_WITH(model->forward(x), Catch::Contains("Classifier"));
+  // Other links report nothing, and take no input only when they say so.
+  REQUIRE(classifier->predictor()->observation().empty());
+  REQUIRE_THROWS_WITH(classifier->predictor()->forward(), Catch::Contains("was given 0"));
+}
+
+TEST_CASE("Identity returns its inputs", "[link]") {
+  Identity identity;
+  const Variable x(ones({2, 3}), true);
+  const Variable t(zeros({4}));
+  REQUIRE(identity(x).same_as(x));
+  const Variables both = identity.forward_many({x, t});
+  REQUIRE(both.size() == 2);
+  REQUIRE(both[0].same_as(x));
+  REQUIRE(both[1].same_as(t));
+  REQUIRE(identity.params().empty());
+  REQUIRE(identity.type_name() == "Identity");
 }
 
 TEST_CASE("Linear computes x W^T + b and its gradients", "[link][linear]") {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/ops.h"
+#include "layers/links/convolution_2d.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
 #include "layers/serializers/serializers.h"
@@ -166,7 +167,88 @@ TEST_CASE("save_npz/load_npz restore a link and check names, shapes and dtypes",
   load_npz(path, wrong, false);
   REQUIRE(sum(abs(wrong.W().data())).item() == 0);
   Linear lazy(-1, 5);
-  REQUIRE_THROWS_WITH(load_npz(path, lazy, false), Catch::Contains("not initialised"));
+  load_npz(path, lazy, false);  // the file gives W its shape
+  REQUIRE(lazy.W().shape() == Shape{5, 3});
+  REQUIRE(lazy.in_size() == 3);
+}
+
+namespace {
+
+// Lazy shapes at every level: Linear(-1, n), Convolution2D(-1, ...), and a nested chain.
+class LazyNet : public Chain {
+ public:
+  LazyNet() {
+    conv = add_link("conv", std::make_shared<Convolution2D>(-1, 3, Convolution2DOptions::make(3, 1, 1)));
+    auto head = add_link("head", std::make_shared<Chain>());
+    fc = std::make_shared<Linear>(-1, 4);
+    head->add_link("fc", fc);
+    add_persistent("steps", full({}, 0, DType::i64));
+  }
+  Variable forward(const Variable& x) override {
+    const Variable h = (*conv)(x);
+    return (*fc)(h);
+  }
+  std::shared_ptr<Convolution2D> conv;
+  std::shared_ptr<Linear> fc;
+};
+
+}  // namespace
+
+TEST_CASE("load_npz creates lazily shaped parameters from the file, without a forward pass", "[npz][link]") {
+  manual_seed(3);
+  LazyNet trained;
+  Generator gen(5);
+  const Variable x(randn({2, 2, 5, 5}, gen));
+  const Variable want = trained(x);  // the forward pass fixes every shape
+  trained.persistent("steps").copy_(full({}, 9, DType::i64));
+  const std::string path = temp_path("lazy.npz");
+  save_npz(path, trained);
+
+  manual_seed(4);  // other initial values: every parameter must come from the file
+  LazyNet fresh;
+  REQUIRE(fresh.params().size() == 2);  // the biases; both Ws wait for their shapes
+  load_npz(path, fresh);
+  const auto mine = fresh.namedparams(), theirs = trained.namedparams();
+  REQUIRE(mine.size() == 4);
+  REQUIRE(mine.size() == theirs.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    REQUIRE(mine[i].first == theirs[i].first);
+    REQUIRE(mine[i].second.shape() == theirs[i].second.shape());
+    REQUIRE(mine[i].second.data().to_vector<float>() == theirs[i].second.data().to_vector<float>());
+    REQUIRE(mine[i].second.requires_grad());
+  }
+  REQUIRE(fresh.fc->in_size() == 3 * 5 * 5);
+  REQUIRE(fresh.persistent("steps").item() == 9);
+  REQUIRE(fresh(x).data().to_vector<float>() == want.data().to_vector<float>());
+
+  // The dtype comes from the file; the parameter owns a copy of the value.
+  const Tensor w64 = randn({4, 6}, gen).to(DType::f64);
+  Linear lazy64(-1, 4, LinearOptions{true});
+  load_link_state(lazy64, {{"W", w64}});
+  REQUIRE(lazy64.W().dtype() == DType::f64);
+  REQUIRE(lazy64.W().data().to_vector<double>() == w64.to_vector<double>());
+  REQUIRE_FALSE(lazy64.W().data().shares_storage_with(w64));
+}
+
+TEST_CASE("a saved shape that does not fit is an error naming the parameter", "[npz][link]") {
+  const std::string path = temp_path("misfit.npz");
+  // A lazy Linear(-1, 5) cannot take a W of 4 rows, nor a Convolution2D another kernel size.
+  write_npz(path, {{"W", zeros({4, 3})}, {"b", zeros({5})}});
+  Linear lazy(-1, 5);
+  REQUIRE_THROWS_WITH(load_npz(path, lazy), Catch::Contains("'W'") && Catch::Contains("f32[4, 3]") &&
+                                                Catch::Contains("out_size"));
+  write_npz(path, {{"W", zeros({3, 2, 5, 5})}, {"b", zeros({3})}});
+  Convolution2D conv(-1, 3, Convolution2DOptions::make(3));
+  REQUIRE_THROWS_WITH(load_npz(path, conv), Catch::Contains("'W'") && Catch::Contains("[3, 2, 5, 5]"));
+  // An initialised parameter keeps its shape: a conflict names it and both shapes.
+  write_npz(path, {{"l1/W", zeros({4, 7})}, {"l1/b", zeros({4})}, {"l2/W", zeros({2, 4})}, {"l2/b", zeros({2})},
+                   {"steps", zeros({}, DType::i64)}});
+  Net net;
+  REQUIRE_THROWS_WITH(load_npz(path, net), Catch::Contains("'l1/W'") && Catch::Contains("f32[4, 7]") &&
+                                               Catch::Contains("f32[4, 3]"));
+  // initialize_param_from is for uninitialised parameters only.
+  REQUIRE_THROWS_WITH(net.initialize_param_from("l1/W", zeros({4, 3})), Catch::Contains("already initialised"));
+  REQUIRE_THROWS_WITH(net.initialize_param_from("l3/W", zeros({4, 3})), Catch::Contains("no parameter 'l3/W'"));
 }
 
 TEST_CASE("optimizer state saves and loads", "[npz][optimizer]") {

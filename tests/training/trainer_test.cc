@@ -52,17 +52,29 @@ struct Setup {
   std::unique_ptr<Trainer> trainer;
 };
 
-Setup make_trainer(Trigger stop, const std::string& out, DatasetPtr train, DatasetPtr test) {
+// How the updater and the evaluator reach the model: through the loss and evaluation functions
+// (classifier_loss, classifier_eval), or directly (the model is the loss, as in Chainer).
+enum class Form { functions, direct };
+
+Setup make_trainer(Trigger stop, const std::string& out, DatasetPtr train, DatasetPtr test,
+                   Form form = Form::functions, std::int64_t in_size = 5) {
   Setup s;
   manual_seed(5);  // same initial weights in every setup
-  s.model = std::make_shared<Classifier>(std::make_shared<Linear>(5, 3));
+  s.model = std::make_shared<Classifier>(std::make_shared<Linear>(in_size, 3));
   s.optimizer = std::make_shared<Adam>(0.05);
   s.optimizer->setup(s.model);
   auto iterator = std::make_shared<SerialIterator>(train, 16, true, true, 3);
-  auto updater = std::make_shared<StandardUpdater>(iterator, s.optimizer, classifier_loss(s.model));
-  s.trainer = std::make_unique<Trainer>(updater, stop, out, s.model);
-  s.trainer->extend(std::make_shared<Evaluator>(std::make_shared<SerialIterator>(test, 10, false, false),
-                                                classifier_eval(s.model)));
+  auto test_iterator = std::make_shared<SerialIterator>(test, 10, false, false);
+  std::shared_ptr<StandardUpdater> updater;
+  if (form == Form::direct) {
+    updater = std::make_shared<StandardUpdater>(iterator, s.optimizer);
+    s.trainer = std::make_unique<Trainer>(updater, stop, out, s.model);
+    s.trainer->extend(std::make_shared<Evaluator>(test_iterator, s.model));
+  } else {
+    updater = std::make_shared<StandardUpdater>(iterator, s.optimizer, classifier_loss(s.model));
+    s.trainer = std::make_unique<Trainer>(updater, stop, out, s.model);
+    s.trainer->extend(std::make_shared<Evaluator>(test_iterator, classifier_eval(s.model)));
+  }
   s.log = std::make_shared<LogReport>();
   s.trainer->extend(s.log);
   s.trainer->extend(std::make_shared<SnapshotWriter>());
@@ -190,4 +202,99 @@ TEST_CASE("snapshot loading and evaluation errors are clear", "[trainer]") {
   Evaluator repeating(std::make_shared<SerialIterator>(test, 7, true, false), classifier_eval(s.model));
   REQUIRE_THROWS_WITH(repeating.evaluate(), Catch::Contains("repeat"));
   REQUIRE_THROWS_AS(Trainer(nullptr, Trigger::epochs(1), out, s.model), Error);
+}
+
+TEST_CASE("the model as the loss: StandardUpdater(it, optimizer) and Evaluator(it, model)", "[trainer]") {
+  auto [train, test] = toy_data();
+  Setup with_functions = make_trainer(Trigger::epochs(3), fresh_dir("functions"), train, test);
+  with_functions.trainer->run();
+  Setup direct = make_trainer(Trigger::epochs(3), fresh_dir("direct"), train, test, Form::direct);
+  direct.trainer->run();
+  // The same steps, the same reports ("main/loss", "main/accuracy" and their validation twins).
+  REQUIRE(flat_params(*direct.model) == flat_params(*with_functions.model));
+  const auto& a = with_functions.log->log();
+  const auto& b = direct.log->log();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : {"main/loss", "main/accuracy", "validation/main/loss", "validation/main/accuracy"})
+      REQUIRE(b[i].at(key) == a[i].at(key));
+  }
+}
+
+namespace {
+
+// Consumes its input and returns a size-0 "delegate" output, as comm's send does; its backward
+// gives the input a gradient of ones.
+class DelegateMaker : public FunctionNode {
+ public:
+  explicit DelegateMaker(int* backward_runs) : backward_runs_(backward_runs) {}
+  std::string name() const override { return "delegate_maker"; }
+  bool always_run_backward() const override { return true; }
+  bool zero_fill_grad_outputs() const override { return false; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    shape_ = in[0].shape();
+    return {zeros({0}, in[0].dtype())};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>&) override {
+    ++*backward_runs_;
+    return {ones(shape_)};
+  }
+
+ private:
+  int* backward_runs_;
+  Shape shape_;
+};
+
+// A rank of a model-parallel model without the loss: no input; returns the delegate variable.
+class DelegateRank : public Link {
+ public:
+  explicit DelegateRank(int* backward_runs) : backward_runs_(backward_runs) { add_param("W", zeros({2})); }
+  Variables forward_many(const Variables& xs) override {
+    REQUIRE(xs.empty());
+    return {call<DelegateMaker>({param("W")}, backward_runs_)[0]};
+  }
+
+ private:
+  int* backward_runs_;
+};
+
+}  // namespace
+
+TEST_CASE("a model that returns a delegate variable is updated through it and reports nothing", "[trainer]") {
+  int backward_runs = 0;
+  auto model = std::make_shared<DelegateRank>(&backward_runs);
+  auto optimizer = std::make_shared<Adam>(0.1);
+  optimizer->setup(model);
+  // Batches without fields, as an empty dataset gives a rank that reads no data.
+  struct NoFields : Dataset {
+    std::int64_t size() const override { return 6; }
+    Example get(std::int64_t) const override { return {}; }
+    Example get_batch(const std::vector<std::int64_t>&) const override { return {}; }
+  };
+  StandardUpdater updater(std::make_shared<SerialIterator>(std::make_shared<NoFields>(), 3), optimizer);
+  const Observation observation = updater.update();
+  REQUIRE(observation.empty());  // no loss and no observation of its own
+  REQUIRE(backward_runs == 1);   // backward() on the delegate ran this rank's part
+  REQUIRE(model->param("W").data().to_vector<float>()[0] < 0);  // the update followed its gradient
+  Evaluator evaluator(std::make_shared<SerialIterator>(std::make_shared<NoFields>(), 3, false, false), model);
+  REQUIRE(evaluator.evaluate().empty());
+  REQUIRE(backward_runs == 1);  // no backward under evaluation
+}
+
+TEST_CASE("a trainer with lazily shaped layers resumes without a forward pass", "[trainer]") {
+  auto [train, test] = toy_data();
+  Setup whole = make_trainer(Trigger::epochs(4), fresh_dir("lazy_whole"), train, test, Form::direct, -1);
+  whole.trainer->run();
+  const std::string out = fresh_dir("lazy_interrupted");
+  {
+    Setup first = make_trainer(Trigger::epochs(2), out, train, test, Form::direct, -1);
+    first.trainer->run();
+  }
+  Setup second = make_trainer(Trigger::epochs(4), out, train, test, Form::direct, -1);
+  REQUIRE(second.model->namedparams().size() == 1);  // W waits for its shape
+  second.trainer->load_snapshot(latest_snapshot(out));
+  REQUIRE(second.model->namedparams().size() == 2);
+  second.trainer->run();
+  REQUIRE(flat_params(*second.model) == flat_params(*whole.model));
+  REQUIRE(second.optimizer->t() == whole.optimizer->t());
 }

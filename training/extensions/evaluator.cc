@@ -9,6 +9,12 @@ Evaluator::Evaluator(std::shared_ptr<Iterator> iterator, EvalFunction eval, std:
   TANDEM_CHECK(iterator_ && eval_, "Evaluator: iterator and evaluation function are required");
 }
 
+Evaluator::Evaluator(std::shared_ptr<Iterator> iterator, std::shared_ptr<Link> model, std::string prefix)
+    : Evaluator(std::move(iterator), model == nullptr ? EvalFunction() : [model](const Example& batch) {
+        forward_batch(*model, batch);
+        return model->observation();
+      }, std::move(prefix)) {}
+
 Observation Evaluator::evaluate() {
   NoGradGuard no_grad;
   TrainModeGuard test_mode(false);

@@ -14,6 +14,10 @@ class Evaluator : public Extension {
   // iterator must not repeat; it is reset before each evaluation.
   using EvalFunction = std::function<Observation(const Example& batch)>;
   Evaluator(std::shared_ptr<Iterator> iterator, EvalFunction eval, std::string prefix = "validation");
+  // Chainer's Evaluator(iterator, target): runs the model on each batch (forward_batch) and
+  // reports its observation() (Classifier: loss and accuracy); a rank of a model-parallel model
+  // without the loss reports nothing but takes part in every batch.
+  Evaluator(std::shared_ptr<Iterator> iterator, std::shared_ptr<Link> model, std::string prefix = "validation");
 
   std::string name() const override { return "Evaluator"; }
   int priority() const override { return 300; }
@@ -27,7 +31,8 @@ class Evaluator : public Extension {
   std::string prefix_;
 };
 
-// The usual evaluation for a Classifier-like model with batches {x, t}.
+// The evaluation of a Classifier-like model with batches {x, t}: what Evaluator(iterator,
+// model) does.
 template <typename Model>
 Evaluator::EvalFunction classifier_eval(std::shared_ptr<Model> model) {
   return [model](const Example& batch) {
