@@ -36,11 +36,12 @@
 
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
-#include "comm/communicator.h"
+#include "comm/transport/communicator.h"
 #include "comm/functions.h"
 #include "comm/links/multi_node_chain_list.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "core/ops.h"
+#include "layers/links/identity.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
 #include "layers/optimizers/sgd.h"
@@ -73,11 +74,6 @@ class FirstLayer : public Chain {  // rank 0: Linear(784, 1000) + ReLU
 
  private:
   std::shared_ptr<Linear> l1_;
-};
-
-class Passthrough : public Link {  // rank 0: where the logits arrive
- public:
-  Variable forward(const Variable& y) override { return y; }
 };
 
 class LastLayers : public Chain {  // rank 1: Linear(1000, 1000) + ReLU, Linear(1000, 10)
@@ -190,7 +186,7 @@ void model_parallel(Context& c, const std::string& kind, bool explicit_form) {
     } else {
       auto chain = std::make_shared<MultiNodeChainList>(c.comm);
       chain->add_link(std::make_shared<FirstLayer>(), {}, 1);
-      chain->add_link(std::make_shared<Passthrough>(), 1, {});
+      chain->add_link(std::make_shared<Identity>(), 1, {});  // rank 0: where the logits arrive
       model = chain;
     }
   } else if (c.rank == 1) {
@@ -202,7 +198,7 @@ void model_parallel(Context& c, const std::string& kind, bool explicit_form) {
       model = chain;
     }
   } else {
-    model = std::make_shared<Passthrough>();  // ranks beyond 2 only join the barriers
+    model = std::make_shared<Identity>();  // ranks beyond 2 only join the barriers
   }
   auto optimizer = make_optimizer(kind);
   optimizer->setup(model);

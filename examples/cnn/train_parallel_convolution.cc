@@ -18,6 +18,7 @@
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
+#include "examples/mnist/multi_rank.h"
 #include "layers/links/classifier.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
@@ -91,10 +92,7 @@ int main(int argc, char** argv) {
   // Only rank 0 reads the data; the multi-node iterators broadcast its batches.
   std::shared_ptr<Iterator> train_actual, test_actual;
   if (rank == 0) {
-    MnistOptions data_options;
-    data_options.dir = flags.get_string("data-dir");
-    data_options.ndim = 3;
-    auto [mnist_train, mnist_test] = get_mnist(data_options);
+    auto [mnist_train, mnist_test] = examples::get_mnist(flags, /*ndim=*/3);
     const DatasetPtr train = first_examples(mnist_train, flags.get_int("train-size"));
     const DatasetPtr test = first_examples(mnist_test, flags.get_int("test-size"));
     std::printf("train_parallel_convolution: %d rank(s); %lld train / %lld test examples; # unit: %lld  "
@@ -118,21 +116,14 @@ int main(int argc, char** argv) {
   comm->set_device(device);
   model->to(device);
   optimizer->setup(model);
-  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, classifier_loss(model));
-  const std::string out = flags.get_string("out") + (rank == 0 ? "" : "/rank" + std::to_string(rank));
-  Trainer trainer(updater, Trigger::epochs(epochs), out, model);
-  auto evaluator = std::make_shared<Evaluator>(test_iter, classifier_eval(model));
+  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer);
+  Trainer trainer(updater, Trigger::epochs(epochs), examples::rank_out(flags, rank), model);
+  auto evaluator = std::make_shared<Evaluator>(test_iter, model);
   trainer.extend(evaluator);
   if (rank == 0) examples::extend_with_report(trainer);
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
-  const std::string resume = flags.get_string("resume");
-  if (!resume.empty()) {
-    TANDEM_CHECK(resume == "latest", "train_parallel_convolution: --resume takes 'latest' (the newest snapshot that "
-                 "every rank completed), not '", resume, "'");
-    trainer.load_snapshot(latest_complete_snapshot(*comm, out).path);
-    if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
-  }
+  examples::resume(trainer, *comm, flags, "train_parallel_convolution");
   const std::int64_t first_epoch = trainer.updater().epoch();
   const auto start = std::chrono::steady_clock::now();
   trainer.run();

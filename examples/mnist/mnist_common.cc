@@ -40,6 +40,14 @@ void add_training_flags(Flags& flags, const std::string& batchsize_help, const s
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
 }
 
+std::pair<DatasetPtr, DatasetPtr> get_mnist(const Flags& flags, int ndim) {
+  MnistOptions options;
+  options.dir = flags.get_string("data-dir");
+  options.ndim = ndim;
+  auto [train, test] = tandem::get_mnist(options);
+  return {train, test};
+}
+
 void extend_with_report(Trainer& trainer) {
   auto log = std::make_shared<LogReport>();
   trainer.extend(log);

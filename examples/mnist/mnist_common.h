@@ -4,8 +4,10 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "autograd/functions.h"
+#include "data/data.h"
 #include "examples/common/flags.h"
 #include "layers/links/linear.h"
 #include "training/trainer.h"
@@ -25,16 +27,13 @@ class MLP : public Chain {
 
 // ChainerMN's model-parallel split of the MLP over two ranks (the model-parallel and
 // dual-parallel trainers): rank 0 runs MLPFirstLayer, sends to rank 1 and receives the logits
-// back through Passthrough; rank 1 runs MLPLastLayers on what it receives and sends them back.
+// back through an Identity link; rank 1 runs MLPLastLayers on what it receives and sends them
+// back.
 class MLPFirstLayer : public Chain {  // Linear(784, units) + ReLU
  public:
   explicit MLPFirstLayer(std::int64_t units);
   Variable forward(const Variable& x) override;
   std::shared_ptr<Linear> l1;
-};
-class Passthrough : public Link {  // returns its input: where the logits arrive on rank 0
- public:
-  Variable forward(const Variable& y) override { return y; }
 };
 class MLPLastLayers : public Chain {  // Linear(-1, units) + ReLU, Linear(-1, 10)
  public:
@@ -54,6 +53,10 @@ struct TrainingDefaults {
 void add_training_flags(Flags& flags, const std::string& batchsize_help, const std::string& out_help,
                         const std::string& resume_help, const TrainingDefaults& defaults = {});
 
+
+// The MNIST-format training and test sets from --data-dir (empty: $TANDEM_MNIST_DIR, else
+// Fashion-MNIST), each image with `ndim` axes (1: [784]; 3: [1, 28, 28]).
+std::pair<DatasetPtr, DatasetPtr> get_mnist(const Flags& flags, int ndim = 1);
 
 // LogReport, PrintReport of loss/accuracy (training and validation) and a ProgressBar.
 void extend_with_report(Trainer& trainer);

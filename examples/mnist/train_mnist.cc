@@ -33,12 +33,11 @@ int main(int argc, char** argv) {
                  "train_mnist: --batchsize, --epoch, --unit and --frequency must be positive");
 
     manual_seed(static_cast<std::uint64_t>(flags.get_int("seed")));
-    MnistOptions data_options;
-    data_options.dir = flags.get_string("data-dir");
-    auto [train, test] = get_mnist(data_options);
+    auto [train, test] = examples::get_mnist(flags);
+    std::string data_dir = flags.get_string("data-dir");
+    if (data_dir.empty()) data_dir = default_mnist_dir();
     std::printf("train_mnist: %lld train / %lld test examples from %s\n", static_cast<long long>(train->size()),
-                static_cast<long long>(test->size()),
-                data_options.dir.empty() ? default_mnist_dir().c_str() : data_options.dir.c_str());
+                static_cast<long long>(test->size()), data_dir.c_str());
     std::printf("# unit: %lld  # minibatch: %lld  # epoch: %lld\n", units, batchsize, epochs);
 
     auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
@@ -49,9 +48,9 @@ int main(int argc, char** argv) {
                                                        static_cast<std::uint64_t>(flags.get_int("seed")));
     auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
 
-    auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, classifier_loss(model));
+    auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer);
     Trainer trainer(updater, Trigger::epochs(epochs), flags.get_string("out"), model);
-    trainer.extend(std::make_shared<Evaluator>(test_iter, classifier_eval(model)));
+    trainer.extend(std::make_shared<Evaluator>(test_iter, model));
     examples::extend_with_report(trainer);
     trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(frequency));
 
@@ -61,10 +60,7 @@ int main(int argc, char** argv) {
       TANDEM_CHECK(!resume.empty(), "train_mnist: --resume latest: no snapshot in ", flags.get_string("out"));
     }
     if (!resume.empty()) {
-      // Lazily sized layers get their shapes from one forward pass before the weights load.
-      NoGradGuard no_grad;
-      model->forward(Variable(train->get_batch({0})[0]), Variable(train->get_batch({0})[1]));
-      trainer.load_snapshot(resume);
+      trainer.load_snapshot(resume);  // the lazily sized layers take their shapes from it
       std::printf("resumed from %s at iteration %lld\n", resume.c_str(), static_cast<long long>(trainer.iteration()));
     }
     trainer.run();

@@ -15,6 +15,7 @@
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
+#include "examples/mnist/multi_rank.h"
 #include "layers/links/classifier.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
@@ -43,9 +44,7 @@ int main(int argc, char** argv) {
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
   manual_seed(seed + rank);  // different initial weights: the first update broadcasts rank 0's
 
-  MnistOptions data_options;
-  data_options.dir = flags.get_string("data-dir");
-  auto [mnist_train, mnist_test] = get_mnist(data_options);
+  auto [mnist_train, mnist_test] = examples::get_mnist(flags);
   DatasetPtr train = scatter_dataset(mnist_train, *comm, 0, /*shuffle=*/true, seed);
   DatasetPtr test = scatter_dataset(mnist_test, *comm, 0, /*shuffle=*/true, seed);
 
@@ -58,11 +57,9 @@ int main(int argc, char** argv) {
   optimizer->setup(model);
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
   auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
-  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, classifier_loss(model));
-  const std::string out =
-      rank == 0 ? flags.get_string("out") : flags.get_string("out") + "/rank" + std::to_string(rank);
-  Trainer trainer(updater, Trigger::epochs(epochs), out, model);
-  auto evaluator = create_multi_node_evaluator(std::make_shared<Evaluator>(test_iter, classifier_eval(model)), comm);
+  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer);
+  Trainer trainer(updater, Trigger::epochs(epochs), examples::rank_out(flags, rank), model);
+  auto evaluator = create_multi_node_evaluator(std::make_shared<Evaluator>(test_iter, model), comm);
   trainer.extend(evaluator);
   if (rank == 0) {
     std::printf("train_mnist_data_parallel: %d ranks, %lld train / %lld test examples per rank; # unit: %lld  "
@@ -73,22 +70,8 @@ int main(int argc, char** argv) {
   }
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
-  const std::string resume = flags.get_string("resume");
-  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_data_parallel: --resume takes 'latest' (the newest "
-               "snapshot that every rank completed)");
-  if (resume == "latest") {
-    const std::string path = latest_complete_snapshot(*comm, out).path;
-    {
-      NoGradGuard no_grad;  // sizes the lazy layers before the weights load
-      const Example batch = train->get_batch({0});
-      model->forward(Variable(batch[0]), Variable(batch[1]));
-    }
-    trainer.load_snapshot(path);
-    if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
-  }
+  examples::resume(trainer, *comm, flags, "train_mnist_data_parallel");
   trainer.run();
-  const Observation final_metrics = evaluator->evaluate();
-  if (rank == 0)
-    std::printf("final test accuracy: %.4f  loss: %.4f\n", final_metrics.at("accuracy"), final_metrics.at("loss"));
+  examples::print_final_metrics(evaluator->evaluate(), rank);
   return 0;
 }

@@ -11,13 +11,13 @@
 // Pair-rank 0 of every pair trains on its own share of the data (scatter_dataset over the first
 // halves, equal lengths, so every pair takes the same number of steps); pair-rank 1 iterates an
 // empty dataset of the same length. The test set is scattered the same way and the
-// metrics are averaged over the pairs (create_multi_node_evaluator on the first halves).
+// metrics are averaged over the pairs (create_multi_node_evaluator on each half's data
+// communicator; the second halves have none to average).
 // --batchsize is per pair (the global minibatch is batchsize * pairs). Global rank 0 prints the
 // report; its training loss is pair 0's, the validation metrics are every pair's mean.
 //
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/mnist/train_mnist_dual_parallel --epoch 10
 #include <cstdio>
-#include <functional>
 
 #include "autograd/functions.h"
 #include "comm/data/data.h"
@@ -28,7 +28,9 @@
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
+#include "examples/mnist/multi_rank.h"
 #include "layers/links/classifier.h"
+#include "layers/links/identity.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
 #include "training/extensions/evaluator.h"
@@ -57,9 +59,6 @@ int main(int argc, char** argv) {
                   units = flags.get_int("unit");
   TANDEM_CHECK(comm->size() % 2 == 0, "train_mnist_dual_parallel runs on an even number of ranks (pairs of ranks; "
                "mpiexec.mpich -n 4), not ", comm->size());
-  const std::string resume = flags.get_string("resume");
-  TANDEM_CHECK(resume.empty() || resume == "latest", "train_mnist_dual_parallel: --resume takes 'latest' (the newest "
-               "snapshot that every rank completed)");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
   manual_seed(seed + rank);  // different initial weights: each half's first update broadcasts pair 0's
 
@@ -70,9 +69,7 @@ int main(int argc, char** argv) {
   const bool first_half = model_comm->rank() == 0;
   const int pairs = data_comm->size();
 
-  MnistOptions data_options;
-  data_options.dir = flags.get_string("data-dir");
-  auto [mnist_train, mnist_test] = get_mnist(data_options);
+  auto [mnist_train, mnist_test] = examples::get_mnist(flags);
   // Both halves scatter over their own data communicator with the same arithmetic, so
   // pair-rank 1's share has its partner's length; it needs only that length.
   DatasetPtr train = scatter_dataset(mnist_train, *data_comm, 0, /*shuffle=*/first_half, seed);
@@ -82,31 +79,15 @@ int main(int argc, char** argv) {
     test = create_empty_dataset(test);
   }
 
-  std::shared_ptr<Link> model;
-  LossFunction loss;
-  Evaluator::EvalFunction eval;
-  std::function<void()> forward_once;  // sizes the lazy layers before a snapshot loads
+  // The model is the loss on the first halves; on the second it returns the delegate variable.
   auto chain = std::make_shared<MultiNodeChainList>(model_comm);
+  std::shared_ptr<Link> model = chain;
   if (first_half) {
     chain->add_link(std::make_shared<examples::MLPFirstLayer>(units), {}, 1);
-    chain->add_link(std::make_shared<examples::Passthrough>(), 1, {});
-    auto classifier = std::make_shared<Classifier>(chain);
-    model = classifier;
-    loss = classifier_loss(classifier);
-    eval = classifier_eval(classifier);
-    forward_once = [classifier, train = train] {
-      const Example batch = train->get_batch({0});
-      classifier->forward(Variable(batch[0]), Variable(batch[1]));
-    };
+    chain->add_link(std::make_shared<Identity>(), 1, {});  // the logits come back
+    model = std::make_shared<Classifier>(chain);
   } else {
     chain->add_link(std::make_shared<examples::MLPLastLayers>(units), 0, 0);
-    model = chain;
-    loss = [chain](const Example&) { return LossResult{chain->forward(), {}}; };  // no input: the delegate
-    eval = [chain](const Example&) {
-      chain->forward();
-      return Observation{};
-    };
-    forward_once = [chain] { chain->forward(); };
   }
 
   auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), data_comm);
@@ -117,21 +98,12 @@ int main(int argc, char** argv) {
   optimizer->setup(model);
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, first_half, seed + rank);
   auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
-  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, loss);
-  const std::string out =
-      rank == 0 ? flags.get_string("out") : flags.get_string("out") + "/rank" + std::to_string(rank);
-  Trainer trainer(updater, Trigger::epochs(epochs), out, model);
-  // The first halves average the metrics over the pairs; the second halves report none, but
-  // take part in every evaluation step of their partner.
-  auto local_evaluator = std::make_shared<Evaluator>(test_iter, eval);
-  std::function<Observation()> evaluate = [local_evaluator] { return local_evaluator->evaluate(); };
-  if (first_half) {
-    auto evaluator = create_multi_node_evaluator(local_evaluator, data_comm);
-    trainer.extend(evaluator);
-    evaluate = [evaluator] { return evaluator->evaluate(); };
-  } else {
-    trainer.extend(local_evaluator);
-  }
+  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer);
+  Trainer trainer(updater, Trigger::epochs(epochs), examples::rank_out(flags, rank), model);
+  // The first halves average the metrics over the pairs; the second halves report none (an
+  // empty average among themselves), but take part in every evaluation step of their partner.
+  auto evaluator = create_multi_node_evaluator(std::make_shared<Evaluator>(test_iter, model), data_comm);
+  trainer.extend(evaluator);
   if (rank == 0) {
     std::printf(
         "train_mnist_dual_parallel: %d ranks = %d pair%s (model parallel within a pair, data parallel "
@@ -143,18 +115,8 @@ int main(int argc, char** argv) {
   }
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
-  if (resume == "latest") {
-    const std::string path = latest_complete_snapshot(*comm, out).path;
-    {
-      NoGradGuard no_grad;  // the lazy layers get their shapes from one forward pass (both ranks of a pair)
-      forward_once();
-    }
-    trainer.load_snapshot(path);
-    if (rank == 0) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
-  }
+  examples::resume(trainer, *comm, flags, "train_mnist_dual_parallel");
   trainer.run();
-  const Observation final_metrics = evaluate();  // every rank takes part
-  if (rank == 0)
-    std::printf("final test accuracy: %.4f  loss: %.4f\n", final_metrics.at("accuracy"), final_metrics.at("loss"));
+  examples::print_final_metrics(evaluator->evaluate(), rank);  // every rank takes part
   return 0;
 }

@@ -78,11 +78,10 @@ TEST_CASE("the README training snippet runs", "[readme]") {
   auto optimizer = std::make_shared<Adam>();
   optimizer->setup(model);
   auto it = std::make_shared<SerialIterator>(train, 100);
-  auto updater = std::make_shared<StandardUpdater>(it, optimizer, classifier_loss(model));
+  auto updater = std::make_shared<StandardUpdater>(it, optimizer);   // the model is the loss
   Trainer trainer(updater, Trigger::iterations(3), out, model);
   auto small_test = std::make_shared<SubDataset>(test, 0, 200);
-  trainer.extend(std::make_shared<Evaluator>(std::make_shared<SerialIterator>(small_test, 100, false, false),
-                                             classifier_eval(model)),
+  trainer.extend(std::make_shared<Evaluator>(std::make_shared<SerialIterator>(small_test, 100, false, false), model),
                  Trigger::iterations(3));
   auto log = std::make_shared<LogReport>(Trigger::iterations(3));
   trainer.extend(log);
@@ -96,4 +95,10 @@ TEST_CASE("the README training snippet runs", "[readme]") {
   save_npz(out + "/model.npz", *model);
   load_npz(out + "/model.npz", *model);
   REQUIRE(model->namedparams()[0].first == "predictor/l1/W");
+  // A fresh model loads without a forward pass: the file gives the lazy layers their shapes.
+  auto fresh = std::make_shared<Classifier>(std::make_shared<readme::MLP>());
+  load_npz(out + "/model.npz", *fresh);
+  REQUIRE(fresh->namedparams()[0].second.shape() == Shape{100, 784});
+  REQUIRE(fresh->namedparams()[0].second.data().to_vector<float>() ==
+          model->namedparams()[0].second.data().to_vector<float>());
 }
