@@ -51,6 +51,8 @@ struct MessageOptions {
   std::uint8_t flags = 0;
   std::uint32_t list_index = 0;
   std::uint32_t list_size = 1;
+  // false: return once the message is posted, without waiting for the receiver (isend).
+  bool blocking = true;
 };
 
 // What a receive expects, checked against the header that arrives.
@@ -104,6 +106,21 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // recv, bcast, gather and scatter take where their results land as the last argument, as the
   // differentiable functions do: `device` (nullopt: where the top of this file says).
   void send(const Tensor& x, int dest, int tag = 0) { send_message(x, dest, tag, MessageOptions{}); }
+  // A send that never waits for the receiver (send may, for a large message until the receiver
+  // takes it): it returns once the message is posted. Messages to one (dest, tag) still arrive
+  // in the order they were sent, isend or send. x's memory is kept alive until the message has
+  // gone; changing x in place before then may change what arrives (as with MPI_Isend).
+  // Posted sends complete in order as this rank goes on communicating; wait_sends() waits for
+  // all of them (with the same diagnosis as any wait). Exception: with "pure_nccl", a CUDA
+  // tensor of kDevicePayloadBytes or more still waits until the receiver matches its header.
+  void isend(const Tensor& x, int dest, int tag = 0) {
+    MessageOptions options;
+    options.blocking = false;
+    send_message(x, dest, tag, options);
+  }
+  virtual void wait_sends() = 0;
+  // Sends posted by isend that have not completed yet.
+  virtual std::size_t pending_sends() = 0;
   Tensor recv(int source, int tag = 0, std::optional<Device> device = std::nullopt);
   // root's x to every rank (x is ignored, and may be undefined, elsewhere).
   virtual Tensor bcast(const Tensor& x, int root = 0) = 0;

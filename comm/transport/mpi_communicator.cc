@@ -65,6 +65,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // Messages still in flight (posted by isend, or set aside by a failed wait) may still read
+  // their buffers: those outlive the communicator, to the end of the program.
+  for (Orphan& orphan : orphans_) comm_detail::keep_until_exit(std::move(orphan.keep_alive));
+  for (PendingSend& send : pending_sends_) comm_detail::keep_until_exit(std::move(send.keep_alive));
   if (comm_ != MPI_COMM_NULL && comm_detail::mpi_active()) MPI_Comm_free(&comm_);
 }
 

@@ -61,6 +61,8 @@ class MpiCommunicator : public Communicator {
   Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
 
   void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) override;
+  void wait_sends() override;
+  std::size_t pending_sends() override;
   ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect) override;
 
   // Point-to-point payloads up to this size travel inside the header's message.
@@ -158,7 +160,7 @@ class MpiCommunicator : public Communicator {
   // --- point to point (mpi_point_to_point.cc) -----------------------------------------------
   void check_peer(int peer, int tag, const char* operation) const;
   void send_bytes(Header header, const void* data, std::shared_ptr<const void> owner, int dest, int tag,
-                  const char* operation);
+                  const char* operation, bool blocking = true);
   struct Incoming {
     comm_detail::DecodedMessage message;
     std::vector<char> bytes;
@@ -216,6 +218,16 @@ class MpiCommunicator : public Communicator {
     KeepAlive keep_alive;
   };
   std::vector<Orphan> orphans_;
+  // Sends posted by isend, oldest first, completed in order.
+  struct PendingSend {
+    std::vector<MPI_Request> requests;
+    KeepAlive keep_alive;
+    std::string description;  // "send f32[3] (tag 0, message #2) to rank 1"
+    int dest;
+  };
+  std::deque<PendingSend> pending_sends_;
+  // Completes the pending sends at the front that have gone; no waiting.
+  void reap_pending_sends();
 };
 
 namespace comm_detail {

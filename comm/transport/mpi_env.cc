@@ -205,6 +205,12 @@ void ensure_mpi() {
   if (!g_previous_terminate) g_previous_terminate = std::set_terminate(abort_job_on_terminate);
 }
 
+void keep_until_exit(std::vector<std::shared_ptr<const void>> buffers) {
+  static auto* kept = new std::vector<std::shared_ptr<const void>>();  // never destroyed
+  for (auto& buffer : buffers)
+    if (buffer) kept->push_back(std::move(buffer));
+}
+
 MPI_Comm control_comm() { return g_control; }
 int world_rank() { return g_world_rank; }
 int world_size() { return g_world_size; }

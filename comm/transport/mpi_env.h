@@ -18,7 +18,9 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace tandem::comm_detail {
 
@@ -42,6 +44,9 @@ const TrafficReport* finished_report(int world_peer);
 // The first peer (a world rank) whose failure report has arrived, or -1; and its report.
 int failed_peer();
 const TrafficReport& failed_report(int world_peer);
+
+// Keeps buffers that MPI may still read (a message in flight) alive to the end of the program.
+void keep_until_exit(std::vector<std::shared_ptr<const void>> buffers);
 
 // Throws tandem::Error naming the MPI call and the error string unless code is MPI_SUCCESS.
 void check_mpi(int code, const char* call);

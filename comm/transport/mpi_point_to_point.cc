@@ -37,7 +37,7 @@ Device MpiCommunicator::landing(const Header& header) const {
 }
 
 void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_ptr<const void> owner, int dest, int tag,
-                                 const char* operation) {
+                                 const char* operation, bool blocking) {
   reap_orphans();
   header.tag = tag;
   header.sequence = book_->record_send(dest, tag, header);
@@ -70,10 +70,42 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
       check_mpi(MPI_Isend(bytes + offset, count, MPI_BYTE, dest, tag, comm_, &requests.back()), "MPI_Isend");
     }
   }
+  std::string description = detail::concat(header.describe(), " to rank ", dest);
+  KeepAlive keep_alive{buffer, inline_payload ? nullptr : owner};
+  if (!blocking && !device_payload) {
+    pending_sends_.push_back(PendingSend{std::move(requests), std::move(keep_alive), std::move(description), dest});
+    reap_pending_sends();
+    return;
+  }
   // A failed wait leaves the payload in flight: its memory stays alive until it completes. A
   // caller that changes the tensor after a failed send may see the change delivered.
-  wait_all(requests, WaitContext{detail::concat(header.describe(), " to rank ", dest), dest, false},
-           {buffer, inline_payload ? nullptr : owner});
+  wait_all(requests, WaitContext{description, dest, false}, std::move(keep_alive));
+}
+
+void MpiCommunicator::reap_pending_sends() {
+  while (!pending_sends_.empty()) {
+    PendingSend& front = pending_sends_.front();
+    int done = 0;
+    check_mpi(MPI_Testall(static_cast<int>(front.requests.size()), front.requests.data(), &done, MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+    if (!done) return;
+    pending_sends_.pop_front();
+  }
+}
+
+void MpiCommunicator::wait_sends() {
+  while (!pending_sends_.empty()) {
+    PendingSend send = std::move(pending_sends_.front());
+    pending_sends_.pop_front();
+    // A failed wait sets the send aside with its memory (orphans), as a failed blocking send.
+    wait_all(send.requests, WaitContext{"wait_sends: " + send.description, send.dest, false},
+             std::move(send.keep_alive));
+  }
+}
+
+std::size_t MpiCommunicator::pending_sends() {
+  reap_pending_sends();
+  return pending_sends_.size();
 }
 
 void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, std::shared_ptr<const void> owner,
@@ -126,7 +158,7 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
   }
   // MPI reads host memory: a CUDA tensor is copied there first (waiting for its kernels).
   const Tensor host = comm_detail::host_for_mpi(x);
-  send_bytes(header, host.raw_data(), host.storage(), dest, tag, operation);
+  send_bytes(header, host.raw_data(), host.storage(), dest, tag, operation, options.blocking);
 }
 
 ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const MessageExpectation& expect) {

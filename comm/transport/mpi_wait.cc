@@ -120,6 +120,7 @@ void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitCon
 }
 
 void MpiCommunicator::reap_orphans() {
+  reap_pending_sends();
   for (auto it = orphans_.begin(); it != orphans_.end();) {
     int done = 0;
     MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &done, MPI_STATUSES_IGNORE);

@@ -1189,6 +1189,41 @@ TEST_CASE("errors: receiving the wrong kind of message consumes it") {
 // 7. Stress
 // ============================================================================================
 
+TEST_CASE("isend: a ring of large messages, every rank sending before it receives") {
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  comm.barrier();
+  // 800 KB each: a blocking send would wait for its receiver, which is itself sending.
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  for (int round = 0; round < 3; ++round) {
+    comm.isend(make({100000}, DType::f64, 70 + rank + round), next, 13);
+    comm.isend(make({3}, DType::i32, 80 + rank + round), next, 13);  // after it on the same tag
+    check_made(comm.recv(previous, 13), {100000}, DType::f64, 70 + previous + round);
+    check_made(comm.recv(previous, 13), {3}, DType::i32, 80 + previous + round);
+  }
+  comm.wait_sends();
+  CHECK(comm.pending_sends() == 0);
+  comm.barrier();
+}
+
+TEST_CASE("isend: waiting for a send to a peer in a collective fails at once; the message arrives later") {
+  Communicator& comm = world();
+  const int rank = comm.rank();
+  comm.barrier();
+  if (rank == 0) {
+    comm.isend(make({100000}, DType::f64, 66), 1, 14);  // returns at once
+    CHECK_THAT(error_of([&] { comm.wait_sends(); }),
+               Contains("wait_sends: send f64[100000] (tag 14, message #") && Contains("to rank 1") &&
+                   Contains("has entered barrier"));
+    CHECK(comm.pending_sends() == 0);
+    comm.barrier();
+  } else {
+    comm.barrier();
+    if (rank == 1) check_made(comm.recv(0, 14), {100000}, DType::f64, 66);
+  }
+  comm.barrier();
+}
+
 TEST_CASE("stress: 200 alternating messages of random sizes between ranks 0 and 1") {
   // A fresh communicator, so that every (sender, tag) stream's sequence numbers start at 0.
   CommunicatorPtr fresh = create_communicator("naive");
