@@ -1,0 +1,131 @@
+// Pipeline-parallel schedules: which rank runs which stage's forward and backward for which
+// microbatch, in what order. A schedule is plain data, checked (validate) and simulated
+// (simulator.h) here; the runtime that runs it over MPI takes the same data and does exactly
+// the communication described below, so what the simulator proves holds for the runtime.
+//
+// Stages and ranks. A model is cut into `stages` consecutive stages; stage s runs on rank
+// s % ranks (rank_of_stage). With stages == ranks that is one stage per rank; with
+// stages == v * ranks each rank holds v stages ("model chunks"), round-robin: on 4 ranks with
+// 8 stages, rank 1 holds stages 1 and 5 (Megatron's interleaved layout).
+//
+// The communication a schedule implies (the runtime does exactly this):
+//   forward(s, m),  s > 0:          receives stage s-1's output for m from rank_of_stage(s-1)
+//   forward(s, m),  s < stages-1:   sends its output for m to rank_of_stage(s+1)
+//   backward(s, m), s < stages-1:   receives the gradient of its output from rank_of_stage(s+1)
+//   backward(s, m), s > 0:          sends the gradient of its input to rank_of_stage(s-1)
+// Between two stages on the same rank the data passes through memory: no message, but the
+// producer must still come first in that rank's order. Receives come before the action's
+// computation and block; sends come after it and do not block (buffered, completed in order
+// later). Each stage boundary (s, s+1) has one channel per direction (one tag: message_tag), so
+// the k-th activation stage s sends is the k-th one stage s+1 receives; likewise gradients.
+//
+// The ordering rule validate() enforces for that (exact, not just sufficient): wherever
+// stages s and s+1 are on different ranks, stage s+1 runs its forwards in the same microbatch
+// order as stage s runs its forwards, and stage s runs its backwards in the same microbatch
+// order as stage s+1 runs its backwards. (The built-in schedules run every stage's forwards
+// and backwards in increasing microbatch order, which satisfies it.)
+//
+// Action numbers in error messages count from 0 in the rank's list.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem {
+namespace pipeline {
+
+enum class ActionKind { forward, backward };  // backward = the stage's whole backward for m
+
+struct Action {
+  ActionKind kind;
+  int stage;
+  int microbatch;
+
+  // "forward of microbatch 3 on stage 1"
+  std::string describe() const;
+  // "F3" / "B3", with the stage when a rank holds several: "F3/s5".
+  std::string label(bool with_stage = false) const;
+  bool operator==(const Action& other) const {
+    return kind == other.kind && stage == other.stage && microbatch == other.microbatch;
+  }
+  bool operator!=(const Action& other) const { return !(*this == other); }
+};
+
+Action forward(int stage, int microbatch);
+Action backward(int stage, int microbatch);
+
+struct Schedule {
+  std::string name;
+  int ranks = 0;
+  int stages = 0;
+  int microbatches = 0;
+  std::vector<std::vector<Action>> actions;  // per rank, in the order it runs them
+
+  int rank_of_stage(int stage) const { return stage % ranks; }
+  // "1f1b (4 ranks, 4 stages, 8 microbatches)"
+  std::string describe() const;
+};
+
+// --- The messages a schedule implies -------------------------------------------------------
+
+enum class MessageKind { activation, gradient };
+
+struct Message {
+  MessageKind kind;
+  int microbatch;
+  int from_stage, to_stage;  // to_stage = from_stage + 1 for activations, - 1 for gradients
+  int from_rank, to_rank;
+  // "the activation of microbatch 2 from stage 0 on rank 0"
+  std::string describe() const;
+};
+
+// What the action receives before it runs, and sends after; std::nullopt when it receives
+// (sends) nothing or when the other stage is on the same rank (memory).
+std::optional<Message> received_by(const Schedule& schedule, const Action& action);
+std::optional<Message> sent_by(const Schedule& schedule, const Action& action);
+
+// The action whose result the action reads: forward(s-1, m) for forward(s, m), backward(s+1, m)
+// for backward(s, m); std::nullopt for the first stage's forward and the last stage's backward
+// (which reads the loss of its own forward).
+std::optional<Action> producer_of(const Schedule& schedule, const Action& action);
+
+// One tag per stage boundary and direction, the same on both ranks: activations from stage s
+// carry 2s, gradients to stage s carry 2s + 1.
+int message_tag(const Message& message);
+
+// --- Checks --------------------------------------------------------------------------------
+
+// Structural checks, each failure a tandem::Error naming the schedule, the rank and the action:
+// sizes (ranks, stages, microbatches >= 1; one action list per rank), stage and microbatch in
+// range, every action on rank_of_stage of its stage, every forward and every backward exactly
+// once, each backward after its forward, and the ordering rule above. Deadlocks are found by
+// the simulator (check_deadlock_free).
+void validate(const Schedule& schedule);
+
+// --- Built-in schedules (each validated and deadlock-free; tests/comm/pipeline) ---------------
+
+// GPipe: every rank runs all forwards, then all backwards, each in increasing microbatch order.
+// Peak stored activations: all M microbatches on every rank.
+Schedule gpipe(int ranks, int microbatches);
+
+// 1F1B (PipeDream-Flush, Megatron's non-interleaved schedule): rank r runs
+// min(ranks - r - 1, M) warm-up forwards, then alternates one forward and one backward, then
+// runs the remaining backwards. The same bubble as GPipe, at most min(ranks - r, M) microbatches
+// stored on rank r.
+Schedule one_f_one_b(int ranks, int microbatches);
+
+// Megatron-LM's interleaved 1F1B: each rank holds stages_per_rank (v) stages, stage s on rank
+// s % ranks. Microbatches go through the chunks in groups of `ranks`; rank r warms up with
+// (ranks - r - 1) * 2 + (v - 1) * ranks forwards (all of them when microbatches == ranks), then
+// alternates, then cools down, as in forward_backward_pipelining_with_interleaving. As Megatron
+// requires, microbatches must be a multiple of ranks (an error otherwise). v == 1 is 1F1B.
+Schedule interleaved_1f1b(int ranks, int stages_per_rank, int microbatches);
+
+// "gpipe", "1f1b" (stages_per_rank must be 1) or "interleaved"; any other name is an error
+// listing these.
+Schedule schedule_by_name(const std::string& name, int ranks, int stages_per_rank, int microbatches);
+std::vector<std::string> schedule_names();
+
+}  // namespace pipeline
+}  // namespace tandem
