@@ -149,3 +149,26 @@ TEST_CASE("the simulate tool prints the summary and timeline and writes the trac
     REQUIRE_THAT(help.out, Contains("--bandwidth-gbps"));
   }
 }
+
+TEST_CASE("the README's pipeline snippet runs", "[readme]") {
+  // As in README.md ("Pipeline schedules and the simulator"), printing into a string.
+  Schedule s = interleaved_1f1b(/*ranks=*/4, /*stages_per_rank=*/2, /*microbatches=*/8);
+  validate(s);
+  check_deadlock_free(s);
+  SimulationOptions options;
+  options.stage_costs = {StageCost{/*forward_s=*/1e-3, /*backward_s=*/2e-3,
+                                   /*activation_bytes=*/1 << 20, /*stored_bytes=*/8 << 20}};
+  options.link = {/*latency_s=*/10e-6, /*bandwidth_bytes_per_s=*/10e9};
+  SimulationResult r = simulate(s, options);
+  std::ostringstream out;
+  out << format_summary(s, r) << format_timeline(s, r);
+  write_chrome_trace(temp_path("pipeline.json"), s, r);
+  REQUIRE(s.rank_of_stage(5) == 1);
+  REQUIRE(r.bubble_fraction > 3.0 / 19);  // the ideal, plus the link
+  REQUIRE(r.ranks[0].peak_stored_bytes == 11 * (8 << 20));  // Megatron's warm-up on rank 0
+
+  Schedule mine{"mine", /*ranks=*/2, /*stages=*/2, /*microbatches=*/2,
+                {{forward(0, 0), backward(0, 0), forward(0, 1), backward(0, 1)},
+                 {forward(1, 0), backward(1, 0), forward(1, 1), backward(1, 1)}}};
+  check_deadlock_free(mine);
+}
