@@ -48,8 +48,6 @@ Variable MultiNodeChainList::forward(const Variable& x) {
   return ys[0];
 }
 
-Variable MultiNodeChainList::forward() { return forward(Variable()); }
-
 Variables MultiNodeChainList::forward_many(const Variables& inputs) {
   const int me = comm_->rank();
   std::vector<Variable> pending;     // delegates of sends, until attached

@@ -62,9 +62,9 @@ class MultiNodeChainList : public ChainList {
   // none. Errors: a second component without rank_out, an input from this rank that no
   // earlier component produced, a value sent to this rank that nothing consumed.
   Variable forward(const Variable& x) override;
-  // On a rank without an input (its components with rank_in {}, if any, are given none);
-  // forward(Variable()) is the same.
-  Variable forward();
+  // forward(): on a rank without an input (its components with rank_in {}, if any, are given
+  // none), as Link::forward() for every link; forward(Variable()) is the same.
+  using Link::forward;
   // xs go to every component with rank_in {}; several outputs come back as a list.
   Variables forward_many(const Variables& xs) override;
 
