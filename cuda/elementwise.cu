@@ -9,14 +9,16 @@
 // matrix, ...) computes each element's offsets with StridedIndexer, in 32-bit arithmetic when
 // the element count allows.
 //
-// Integer division cannot throw on the device: its kernels set bits in a flag, and the host
-// waits for it and throws the CPU backend's error (only integer division pays this sync).
+// Integer division (and an integer power, whose 0 ** -1 divides by zero) cannot throw on the
+// device: its kernels set bits in a flag, and the host waits for it and throws the CPU
+// backend's error (only these integer operations pay this sync).
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/integer_power.h"
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/elementwise_ops.cuh"
@@ -78,6 +80,7 @@ __global__ void where_strided_kernel(std::int64_t n, StridedIndexer<4> indexer, 
 
 constexpr int kDivisionByZero = 1;
 constexpr int kDivisionOverflow = 2;
+constexpr int kZeroToNegativePowerBit = 4;
 
 // The one integer quotient that does not fit its type: min / -1.
 template <typename T>
@@ -118,7 +121,26 @@ struct IntegerRdivScalar {
   __device__ T operator()(T x) const { return checked_divide(a, x, errors); }
 };
 
-// A device flag for the errors of one integer-division kernel.
+// x ** y exactly (core/integer_power.h); 0 ** negative sets a bit of *errors.
+template <typename T>
+struct IntegerPow {
+  int* errors;
+  __device__ T operator()(T x, T y) const {
+    bool zero_to_negative = false;
+    const T r = integer_power(x, y, &zero_to_negative);
+    if (zero_to_negative) atomicOr(errors, kZeroToNegativePowerBit);
+    return r;
+  }
+};
+
+template <typename T>
+struct IntegerPowScalar {
+  T exponent;
+  int* errors;
+  __device__ T operator()(T x) const { return IntegerPow<T>{errors}(x, exponent); }
+};
+
+// A device flag for the errors of one integer-division (or integer-power) kernel.
 class DivisionErrors {
  public:
   explicit DivisionErrors(const DeviceContext& ctx) : ctx_(ctx), flag_(sizeof(int), ctx.index) {
@@ -134,6 +156,7 @@ class DivisionErrors {
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(&bits, flag_.data(), sizeof(int), cudaMemcpyDeviceToHost, ctx_.stream));
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     if (bits & kDivisionByZero) TANDEM_FAIL("div: integer division by zero");
+    if (bits & kZeroToNegativePowerBit) TANDEM_FAIL(kZeroToNegativePower);
     if constexpr (std::is_signed<T>::value) {
       if (bits & kDivisionOverflow)
         TANDEM_FAIL("div: integer overflow (", std::numeric_limits<T>::min(), " / ", T(-1), ")");
@@ -202,7 +225,14 @@ void binary_typed(BinaryOp op, const DeviceContext& ctx, const Tensor& a, const 
       } else {
         return launch_binary<T, T>(name, ctx, ops::Div<T>(), a, b, out);
       }
-    case BinaryOp::pow: return launch_binary<T, T>(name, ctx, ops::Pow<T>(), a, b, out);
+    case BinaryOp::pow:
+      if constexpr (kHasIntegerPower<T>) {
+        const DivisionErrors errors(ctx);
+        launch_binary<T, T>(name, ctx, IntegerPow<T>{errors.device_flag()}, a, b, out);
+        return errors.check<T>();
+      } else {
+        return launch_binary<T, T>(name, ctx, ops::Pow<T>(), a, b, out);
+      }
     case BinaryOp::maximum: return launch_binary<T, T>(name, ctx, ops::Maximum<T>(), a, b, out);
     case BinaryOp::minimum: return launch_binary<T, T>(name, ctx, ops::Minimum<T>(), a, b, out);
     case BinaryOp::relu_grad: return launch_binary<T, T>(name, ctx, ops::ReluGrad<T>(), a, b, out);
@@ -249,7 +279,13 @@ void unary_typed(UnaryOp op, const DeviceContext& ctx, const Tensor& in, Tensor&
     }
   } else {
     switch (op) {
-      case UnaryOp::pow_scalar: return launch_map<T, T>(name, ctx, ops::PowScalarInteger<T>{p0}, in, out);
+      case UnaryOp::pow_scalar: {
+        if constexpr (!kHasIntegerPower<T>) return launch_map<T, T>(name, ctx, ops::PowScalarInteger<T>{p0}, in, out);
+        if (!is_integer_exponent<T>(p0)) return launch_map<T, T>(name, ctx, ops::PowScalarInteger<T>{p0}, in, out);
+        const DivisionErrors errors(ctx);
+        launch_map<T, T>(name, ctx, IntegerPowScalar<T>{static_cast<T>(p0), errors.device_flag()}, in, out);
+        return errors.check<T>();
+      }
       case UnaryOp::rdiv_scalar: {
         const DivisionErrors errors(ctx);
         launch_map<T, T>(name, ctx, IntegerRdivScalar<T>{a, errors.device_flag()}, in, out);

@@ -134,7 +134,8 @@ struct PowScalar {
   TANDEM_HOST_DEVICE T operator()(T x) const { return math_pow(x, p); }
 };
 
-// Integers: std::pow in double, converted back.
+// Integers to a fractional power: std::pow in double, converted back (whole exponents are
+// exact, IntegerPowScalar in elementwise.cu).
 template <typename T>
 struct PowScalarInteger {
   double p;
@@ -171,7 +172,8 @@ struct Div {
   TANDEM_HOST_DEVICE T operator()(T x, T y) const { return static_cast<T>(x / y); }
 };
 
-// std::pow in double for every dtype, f32 included, converted back.
+// std::pow in double for the floating dtypes, f32 included, converted back (integers:
+// IntegerPow in elementwise.cu).
 template <typename T>
 struct Pow {
   TANDEM_HOST_DEVICE T operator()(T x, T y) const {

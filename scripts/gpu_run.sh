@@ -2,7 +2,7 @@
 # Runs what scripts/gpu_stage.sh staged, on a GPU machine without Bazel, MPICH, OpenBLAS or
 # Catch2 (the device tool's machines), from the repository root:
 #
-#   bash scripts/gpu_run.sh [--tests-only | --bench-only] [STAGE]
+#   bash scripts/gpu_run.sh [--tests-only | --bench-only | --phases "tests train memcheck bench"] [STAGE]
 #
 # STAGE: the archive or the folder gpu_stage.sh made (default .cache/gpu_stage.tar.xz when it
 # exists, else .cache/gpu_stage). Through the device tool:
@@ -16,28 +16,38 @@
 #    GPU_TEST_JOBS (default 4) at a time. One line per test: PASSED, SKIPPED (no GPU: the test
 #    says so and succeeds; FAILED instead when nvidia-smi lists a GPU), FAILED or TIMEOUT; then
 #    the tail of each failure's output and a summary line.
-# 3. Runs the benchmarks with what time is left (scripts/bench_gpu.sh: tandem, raw cuBLAS/cuDNN,
-#    PyTorch; its table).
+# 3. train: the examples on the GPU, side by side (train_mnist --gpu 0; train_mnist_model_parallel
+#    --gpu 0 on 2 ranks sharing the GPU; seq2seq_model_parallel --gpu 0 on 2 ranks), short runs
+#    whose final accuracy is compared with the same commands on the CPU (README, GPU section).
+# 4. memcheck: every staged GPU test again under `compute-sanitizer --tool memcheck`; a report of
+#    any error fails the test.
+# 5. bench: the benchmarks with what time is left (scripts/bench_gpu.sh: tandem, raw
+#    cuBLAS/cuDNN, PyTorch; its table).
+# Each phase ends by its own deadline, which keeps back time for the phases after it (RESERVE).
 # Everything stays within GPU_RUN_BUDGET seconds (default 570: the device tool's 10-minute limit).
 #
 # Files, in $OUT when it is set, else /tmp/tandem-gpu-run/<date>: gpu_run.log (all printed),
-# tests.log (every test's full output), raw.txt and table.md (the benchmarks).
+# tests.log (every test's full output), train.log (the examples' output), memcheck.log (every
+# test's output under compute-sanitizer), raw.txt and table.md (the benchmarks).
 # Environment: GPU_RUN_BUDGET, GPU_TEST_JOBS, GPU_TEST_TIMEOUT (seconds per test, default 300),
-# GPU_TEST_FILTER (extended regex on the test labels), TANDEM_COMM_TIMEOUT (default 60),
+# GPU_TEST_FILTER (extended regex on the test labels), GPU_MEMCHECK_TIMEOUT (default 240),
+# GPU_TRAIN_EPOCHS (default 1), GPU_RUN_PHASES (instead of --phases), TANDEM_COMM_TIMEOUT (default 60),
 # GPU_RUN_KEEP=1 (keep the unpacked stage in /tmp), and bench_gpu.sh's BENCH_ONLY, BENCH_SCALE,
 # BENCH_TF32, BENCH_TIMEOUT.
-# Exit status: 0 when every test passed or skipped and every benchmark ran.
+# Exit status: 0 when every test passed or skipped, every example trained, memcheck found nothing
+# and every benchmark ran.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 
-MODE=all
+PHASES=${GPU_RUN_PHASES:-tests train memcheck bench}
 SRC=""
 while (($#)); do
   case $1 in
-    --tests-only) MODE=tests ;;
-    --bench-only) MODE=bench ;;
+    --tests-only) PHASES=tests ;;
+    --bench-only) PHASES=bench ;;
+    --phases) PHASES=$2; shift ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) SRC=$1 ;;
@@ -51,6 +61,8 @@ DEADLINE=$((START_EPOCH + BUDGET))
 JOBS=${GPU_TEST_JOBS:-4}
 TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-300}
 RES=${OUT:-/tmp/tandem-gpu-run/$(date +%Y%m%d-%H%M%S)}
+WRAP=()
+PHASE_DEADLINE=$DEADLINE
 mkdir -p "$RES" || exit 1
 
 now() { date +%s; }
@@ -147,20 +159,41 @@ EOF
     echo "# GPU: no nvidia-smi on this machine"
   fi
 
-  if [[ $MODE != bench ]]; then run_tests || status=1; fi
-  if [[ $MODE != tests ]]; then run_bench || status=1; fi
+  local phase
+  for phase in $PHASES; do
+    PHASE_DEADLINE=$((DEADLINE - $(reserve_after "$phase")))
+    case $phase in
+      tests) run_tests tests "" "$RES/tests.log" || status=1 ;;
+      train) run_train || status=1 ;;
+      memcheck) run_memcheck || status=1 ;;
+      bench) run_bench || status=1 ;;
+      *) echo "gpu_run.sh: unknown phase $phase (tests, train, memcheck, bench)"; status=1 ;;
+    esac
+  done
   echo "# gpu_run.sh: exit $status after $(elapsed); files in $RES"
   return $status
+}
+
+# Seconds each phase keeps back for those after it: what each needs at least to say something.
+declare -A RESERVE=([tests]=0 [train]=70 [memcheck]=90 [bench]=100)
+reserve_after() {  # PHASE -> the reserves of the phases listed after it
+  local p seen=0 sum=0
+  for p in $PHASES; do
+    ((seen)) && sum=$((sum + ${RESERVE[$p]:-0}))
+    [[ $p == "$1" ]] && seen=1
+  done
+  echo $sum
 }
 
 # --- tests ---------------------------------------------------------------------------------------
 
 # run_test INDEX KIND LABEL BINARY RANKS TIMEOUT: runs one test into $LOGS/INDEX.{out,status}.
+# WRAP: the command to run the binary under (compute-sanitizer), empty for the tests themselves.
 run_test() {
   local i=$1 kind=$2 label=$3 binary=$STAGE/$4 ranks=$5 timeout=$6 start rc r verdict out=$LOGS/$1.out
   start=$(now)
   if ((ranks == 0)); then
-    timeout -k 10 "$timeout" "$binary" > "$out" 2>&1
+    timeout -k 10 "$timeout" "${WRAP[@]}" "$binary" > "$out" 2>&1
     rc=$?
   else
     # As tests/comm/run_mpi.sh, with the staged launcher: each rank's output in its own file,
@@ -169,7 +202,7 @@ run_test() {
     mkdir -p "$ranks_dir"
     # shellcheck disable=SC2016  # $0, $@ and $PMI_RANK: for each rank's shell
     timeout --signal=KILL "$timeout" "$STAGE/mpi/mpiexec.hydra" -launcher fork -n "$ranks" \
-      /bin/sh -c 'exec "$0" "$@" > "'"$ranks_dir"'/rank.$PMI_RANK.log" 2>&1' "$binary" > "$out" 2>&1
+      /bin/sh -c 'exec "$0" "$@" > "'"$ranks_dir"'/rank.$PMI_RANK.log" 2>&1' "${WRAP[@]}" "$binary" > "$out" 2>&1
     rc=$?
     for ((r = 0; r < ranks; ++r)); do
       echo "=================== rank $r ==================="
@@ -178,6 +211,8 @@ run_test() {
   fi
   if ((rc == 124 || rc == 137)); then
     verdict=TIMEOUT
+  elif ((${#WRAP[@]})) && grep -q '^========= ERROR SUMMARY: [1-9]' "$out"; then
+    verdict=FAILED  # compute-sanitizer found errors (its own exit code may be the test's)
   elif ((rc != 0)); then
     verdict=FAILED
   elif grep -q '^SKIPPED: ' "$out"; then
@@ -200,13 +235,17 @@ run_test() {
   printf '%-8s %-48s %4ss%s\n' "$verdict" "$label$label_ranks" "$(($(now) - start))" "$what"
 }
 
+# run_tests WHAT KIND LOG: the staged tests (of KIND, gpu or host; empty: all) under WRAP, their
+# outputs into LOG.
 run_tests() {
+  local what=$1 only_kind=$2 log=$3
   LOGS=$(mktemp -d /tmp/tandem_gpu_logs.XXXXXX)
   local -a kinds labels binaries ranks
   local kind label binary n
   while IFS=$'\t' read -r kind label binary n; do
     [[ -z "$label" ]] && continue
     if [[ -n "${GPU_TEST_FILTER:-}" ]] && ! [[ "$label" =~ $GPU_TEST_FILTER ]]; then continue; fi
+    if [[ -n "$only_kind" && "$kind" != "$only_kind" ]]; then continue; fi
     kinds+=("$kind"); labels+=("$label"); binaries+=("$binary"); ranks+=("$n")
   done < "$STAGE/tests.tsv"
   local total=${#labels[@]} cores threads
@@ -214,12 +253,11 @@ run_tests() {
   threads=$((cores / JOBS))
   ((threads < 1)) && threads=1
   echo
-  echo "# ---- tests: $total runs, $JOBS at a time (OMP_NUM_THREADS=$threads each), at most ${TEST_TIMEOUT}s each ----"
+  echo "# ---- $what: $total runs, $JOBS at a time (OMP_NUM_THREADS=$threads each), at most ${TEST_TIMEOUT}s each ----"
   export OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
   export TANDEM_COMM_TIMEOUT=${TANDEM_COMM_TIMEOUT:-60}
   [[ -d "$STAGE/data/fashion-mnist" ]] && export TANDEM_MNIST_DIR="$STAGE/data/fashion-mnist"
-  # Tests must leave the benchmarks 60 s at least.
-  local tests_deadline=$((DEADLINE - 60)) i t left
+  local tests_deadline=$PHASE_DEADLINE i t left
   for ((i = 0; i < total; ++i)); do
     while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
     left=$((tests_deadline - $(now)))
@@ -237,7 +275,7 @@ run_tests() {
 
   # Full outputs into tests.log; the tails of the failures here.
   local passed=0 skipped=0 failed=0 verdict secs failures=()
-  : > "$RES/tests.log"
+  : > "$log"
   for ((i = 0; i < total; ++i)); do
     read -r verdict secs < "$LOGS/$i.status" 2> /dev/null || verdict=LOST
     {
@@ -249,7 +287,7 @@ run_tests() {
       else
         cat "$LOGS/$i.out"
       fi
-    } >> "$RES/tests.log"
+    } >> "$log"
     case $verdict in
       PASSED) ((++passed)) ;;
       SKIPPED) ((++skipped)) ;;
@@ -262,9 +300,71 @@ run_tests() {
     tail -40 "$LOGS/$i.out"
   done
   echo
-  echo "# tests: $passed passed, $skipped skipped, $failed failed of $total ($(elapsed) so far); full output in $RES/tests.log"
+  echo "# $what: $passed passed, $skipped skipped, $failed failed of $total ($(elapsed) so far); full output in $log"
   rm -rf "$LOGS"
   ((failed == 0))
+}
+
+# --- memcheck ------------------------------------------------------------------------------------
+
+run_memcheck() {
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null)
+  if [[ -z "$sanitizer" ]]; then
+    echo "# ---- memcheck: no compute-sanitizer on this machine ----"
+    return 1
+  fi
+  # --error-exitcode: a report fails the run even when the test itself passed; leaks are left to
+  # the caching allocator (it keeps blocks by design). API errors are not memory errors, and
+  # tandem checks every CUDA call's status itself: NCCL's set-up probes kernels built for other
+  # GPUs (cudaErrorNoKernelImageForDevice, 16 reports per communicator) and then works.
+  # Slower kernels: a longer limit per test.
+  WRAP=("$sanitizer" --tool memcheck --error-exitcode 97 --print-limit 20 --leak-check no --report-api-errors no)
+  local saved=$TEST_TIMEOUT rc=0
+  TEST_TIMEOUT=${GPU_MEMCHECK_TIMEOUT:-240}
+  run_tests memcheck gpu "$RES/memcheck.log" || rc=1
+  TEST_TIMEOUT=$saved
+  WRAP=()
+  return $rc
+}
+
+# --- train: the examples on the GPU --------------------------------------------------------------
+
+run_train() {
+  local epochs=${GPU_TRAIN_EPOCHS:-1} left=$((PHASE_DEADLINE - $(now))) dir rc=0 name
+  echo
+  if ((left < 20)); then echo "# ---- train: not run, ${left}s left ----"; return 1; fi
+  echo "# ---- train: the examples on GPU 0, $epochs epoch(s), side by side, at most ${left}s ----"
+  dir=$(mktemp -d /tmp/tandem_gpu_train.XXXXXX)
+  local mpi=("$STAGE/mpi/mpiexec.hydra" -launcher fork -n 2)
+  declare -A cmd=(
+    [train_mnist]="$STAGE/bin/train_mnist --gpu 0 --epoch $epochs --out $dir/mnist"
+    [train_mnist_model_parallel]="${mpi[*]} $STAGE/bin/train_mnist_model_parallel --gpu 0 --epoch $epochs --out $dir/mp"
+    [seq2seq_model_parallel]="${mpi[*]} $STAGE/bin/seq2seq_model_parallel --gpu 0 --epoch $epochs --train-size 20000 --out $dir/s2s"
+  )
+  for name in "${!cmd[@]}"; do
+    if [[ ! -x "$STAGE/bin/$name" ]]; then echo "NOTRUN   $name (not staged)"; rc=1; continue; fi
+    (
+      start=$(now)
+      # shellcheck disable=SC2086  # the command's words
+      timeout -k 5 "$left" ${cmd[$name]} > "$dir/$name.out" 2>&1
+      code=$?
+      echo "$code $(($(now) - start))" > "$dir/$name.status"
+    ) &
+  done
+  wait
+  : > "$RES/train.log"
+  for name in "${!cmd[@]}"; do
+    [[ -f "$dir/$name.status" ]] || continue
+    local code secs
+    read -r code secs < "$dir/$name.status"
+    { echo "=================== $name: exit $code after ${secs}s: ${cmd[$name]}"; cat "$dir/$name.out"; } >> "$RES/train.log"
+    printf '%-8s %-32s %4ss  %s\n' "$( ((code == 0)) && echo PASSED || echo FAILED)" "$name" "$secs" \
+      "$(grep -E '^ *[0-9]+ |final' "$dir/$name.out" | tail -2 | tr -s ' ' | paste -sd'|')"
+    ((code == 0)) || { rc=1; echo "# ---- $name: last 25 lines ----"; tail -25 "$dir/$name.out"; }
+  done
+  rm -rf "$dir"
+  return $rc
 }
 
 # --- benchmarks ----------------------------------------------------------------------------------
@@ -279,7 +379,7 @@ run_bench() {
   echo "# ---- benchmarks: scripts/bench_gpu.sh with the staged binaries, ${left}s left ----"
   # bench_gpu.sh shares what is left among its benchmarks (BENCH_DEADLINE) and writes raw.txt
   # and table.md into $OUT.
-  OMP_NUM_THREADS=$(nproc) OUT=$RES BENCH_BIN="$STAGE/bin" BENCH_DEADLINE=$((DEADLINE - 5)) \
+  OMP_NUM_THREADS=$(nproc) OUT=$RES BENCH_BIN="$STAGE/bin" BENCH_DEADLINE=$((PHASE_DEADLINE - 5)) \
     bash "$ROOT/scripts/bench_gpu.sh"
 }
 

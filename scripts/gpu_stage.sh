@@ -14,7 +14,9 @@
 #      - the host tests of tests/cuda (index arithmetic, allocator logic, status messages), and
 #        tests/comm:communicator_test on 2 ranks (CPU only: checks the staged MPI by itself);
 #      - the GPU benchmarks //bench:train_step_bench, gemm_bench, gpu_raw_bench
-#        (bench/torch_gpu_bench.py travels with the working tree).
+#        (bench/torch_gpu_bench.py travels with the working tree);
+#      - the examples that scripts/gpu_run.sh trains on the GPU: train_mnist,
+#        train_mnist_model_parallel, seq2seq_model_parallel.
 # 2. Copies them into .cache/gpu_stage/ (bin/), with every shared library they need that the GPU
 #    machine lacks (lib/: MPICH, UCX and its shared-memory transport module, hwloc, zlib, libgomp,
 #    ...; not glibc, libstdc++ or libgcc_s, and not the CUDA libraries, which that machine has),
@@ -47,6 +49,8 @@ done
 FLAGS=(-c opt --config=cuda --platform_suffix=cuda-portable --copt=-march=x86-64-v3
        --define=tandem_blas=eigen --dynamic_mode=off --strip=always)
 BENCH_TARGETS=(//bench:train_step_bench //bench:gemm_bench //bench:gpu_raw_bench)
+EXAMPLE_TARGETS=(//examples/mnist:train_mnist //examples/mnist:train_mnist_model_parallel
+                 //examples/seq2seq:seq2seq_model_parallel)
 # Libraries every Linux has (glibc, the GCC runtime), and the CUDA libraries, which the GPU
 # machine has in /usr/local/cuda/lib64 and in the NVIDIA wheels beside PyTorch: never staged.
 SYSTEM_LIBS='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libresolv|libutil|libanl)\.so'
@@ -121,7 +125,7 @@ while read -r rule _ label; do [[ -n "$label" ]] && stage_test gpu "$rule" "$lab
 while read -r rule _ label; do [[ -n "$label" ]] && stage_test host "$rule" "$label"; done <<< "$host_tests"
 while read -r rule _ label; do [[ -n "$label" ]] && stage_test host "$rule" "$label"; done <<< "$mpi_smoke"
 
-for label in "${BENCH_TARGETS[@]}"; do add_binary "$label"; done
+for label in "${BENCH_TARGETS[@]}" "${EXAMPLE_TARGETS[@]}"; do add_binary "$label"; done
 ((${#MANIFEST[@]})) || die "no tests found"
 say "${#MANIFEST[@]} test runs, ${#TARGETS[@]} binaries"
 
@@ -146,8 +150,9 @@ for name in "${!BIN_OF[@]}"; do
 done
 printf '%s\n' "${MANIFEST[@]}" | sort -t$'\t' -k1,1 -k2,2 > "$STAGE/tests.tsv"
 
-# MPICH's launcher, beside its proxy (mpiexec.hydra starts <its own directory>/hydra_pmi_proxy).
-if awk -F'\t' '$4 > 0 { found = 1 } END { exit !found }' "$STAGE/tests.tsv"; then
+# MPICH's launcher, beside its proxy (mpiexec.hydra starts <its own directory>/hydra_pmi_proxy),
+# for the multi-rank tests and examples.
+if awk -F'\t' '$4 > 0 { found = 1 } END { exit !found }' "$STAGE/tests.tsv" || ((${#EXAMPLE_TARGETS[@]})); then
   hydra=$(readlink -f "$(command -v mpiexec.mpich || echo /usr/bin/mpiexec.mpich)")
   proxy="$(dirname "$hydra")/hydra_pmi_proxy"
   [[ -x "$hydra" && -x "$proxy" ]] || die "no MPICH mpiexec.hydra + hydra_pmi_proxy (apt-get install mpich)"
@@ -181,9 +186,9 @@ done < <(find "$STAGE/bin" "$STAGE/mpi" "$STAGE/lib" -type f -exec ldd {} + 2> /
 chmod -R u+w "$STAGE/lib"
 printf '%s\n' "${!CUDA_NEEDED[@]}" | sort > "$STAGE/cuda_libs.txt"
 
-# Test data: the Fashion-MNIST IDX files, when a staged test's own sources read them
-# (GPU_STAGE_DATA=1: always).
-srcs=$(query "labels(srcs, set(${SRC_LABELS[*]}))" | grep -v '^@' | while read -r l; do label_path "$l"; done)
+# Test data: the Fashion-MNIST IDX files, when a staged test's or example's own sources read
+# them (GPU_STAGE_DATA=1: always).
+srcs=$(query "labels(srcs, set(${SRC_LABELS[*]} ${EXAMPLE_TARGETS[*]}))" | grep -v '^@' | while read -r l; do label_path "$l"; done)
 # shellcheck disable=SC2086  # $srcs: paths without spaces
 if [[ "${GPU_STAGE_DATA:-0}" == 1 ]] ||
    grep -lqE 'get_mnist|default_mnist_dir|read_idx|TANDEM_MNIST_DIR|fashion-mnist' $srcs 2> /dev/null; then

@@ -15,8 +15,7 @@ MultiNodeBatchNormalization::MultiNodeBatchNormalization(std::int64_t size, Comm
 
 Variable MultiNodeBatchNormalization::forward(const Variable& x) {
   if (!(is_train() && train_mode())) return BatchNormalization::forward(x);
-  Tensor& count = persistent("N");
-  count = full({}, count.item() + 1, DType::i64);
+  count_batch();
   return functions::multi_node_batch_normalization(*comm_, x, param("gamma"), param("beta"), eps_,
                                                    &persistent("avg_mean"), &persistent("avg_var"), decay_);
 }

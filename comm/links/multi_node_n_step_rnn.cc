@@ -15,6 +15,7 @@ MultiNodeNStepRNN::MultiNodeNStepRNN(std::shared_ptr<NStepLSTM> lstm, Communicat
                  rank, " on rank ", comm_->rank(), " is not another rank of the communicator (size ", comm_->size(),
                  ") or -1");
   }
+  Link::to(lstm_->device());  // wrapping an LSTM leaves it where it is (add_link would move it here)
   add_link("rnn", lstm_);
 }
 
@@ -25,7 +26,9 @@ MultiNodeNStepRNNResult MultiNodeNStepRNN::forward(const Variable& hx, const Var
   if (rank_in_ >= 0) {
     TANDEM_CHECK(!hx.defined() && !cx.defined(), "MultiNodeNStepRNN on rank ", comm_->rank(),
                  ": the initial state comes from rank ", rank_in_, "; call forward(xs) without hx and cx");
-    Variables state = F::recv_list(*comm_, rank_in_, Variable(), 0, device());  // on the LSTM's device
+    // On the LSTM's own device: an owner that keeps this link unregistered (the seq2seq
+    // example's Decoder) moves only the LSTM with to().
+    Variables state = F::recv_list(*comm_, rank_in_, Variable(), 0, lstm_->device());
     TANDEM_CHECK(state.size() == 2, "MultiNodeNStepRNN on rank ", comm_->rank(), ": rank ", rank_in_, " sent ",
                  state.size(), " variables, not the pair (hy, cy)");
     h = state[0];

@@ -9,6 +9,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/strided_loop.h"
 #include "core/error.h"
+#include "core/integer_power.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -74,6 +75,15 @@ void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, dou
   } else {
     switch (op) {
       case UnaryOp::pow_scalar:
+        if constexpr (kHasIntegerPower<T>) {
+          if (is_integer_exponent<T>(p0)) {  // exact (core/integer_power.h)
+            const T e = static_cast<T>(p0);
+            bool zero_to_negative = false;
+            for (std::int64_t i = 0; i < n; ++i) out[i] = integer_power(in[i], e, &zero_to_negative);
+            if (zero_to_negative) TANDEM_FAIL(kZeroToNegativePower);
+            return;
+          }
+        }
         for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(std::pow(static_cast<double>(in[i]), p0));
         return;
       case UnaryOp::rdiv_scalar:
@@ -147,9 +157,18 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
         return binary_loop<T, T>(a, b, out, [](T x, T y) { return T(x / y); });
       }
     case BinaryOp::pow:
-      return binary_loop<T, T>(a, b, out, [](T x, T y) {
-        return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
-      });
+      if constexpr (kHasIntegerPower<T>) {
+        return binary_loop<T, T>(a, b, out, [](T x, T y) {  // exact (core/integer_power.h)
+          bool zero_to_negative = false;
+          const T r = integer_power(x, y, &zero_to_negative);
+          if (zero_to_negative) TANDEM_FAIL(kZeroToNegativePower);
+          return r;
+        });
+      } else {
+        return binary_loop<T, T>(a, b, out, [](T x, T y) {
+          return static_cast<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
+        });
+      }
     case BinaryOp::maximum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x > y ? x : y; });
     case BinaryOp::minimum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x < y ? x : y; });
     case BinaryOp::relu_grad: return binary_loop<T, T>(a, b, out, [](T g, T y) { return y > T(0) ? g : T(0); });

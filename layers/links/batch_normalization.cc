@@ -19,13 +19,17 @@ BatchNormalization::BatchNormalization(std::int64_t size, double decay, double e
 
 Variable BatchNormalization::forward(const Variable& x) {
   if (is_train() && train_mode()) {
-    Tensor& count = persistent("N");
-    count = full({}, count.item() + 1, DType::i64);
+    count_batch();
     return functions::batch_normalization(x, param("gamma"), param("beta"), eps_, &persistent("avg_mean"),
                                           &persistent("avg_var"), decay_);
   }
   return functions::fixed_batch_normalization(x, param("gamma"), param("beta"), Variable(persistent("avg_mean")),
                                               Variable(persistent("avg_var")), eps_);
+}
+
+void BatchNormalization::count_batch() {
+  Tensor& count = persistent("N");
+  add_(count, ones({}, DType::i64, count.device()));
 }
 
 }  // namespace tandem

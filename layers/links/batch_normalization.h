@@ -18,6 +18,10 @@ class BatchNormalization : public Link {
   Variable& beta() { return param("beta"); }
 
  protected:
+  // N += 1, in place on the link's device: no host round trip (reading N with item() made every
+  // training step wait for the GPU), and N stays where to() put it.
+  void count_batch();
+
   double decay_, eps_;
 };
 

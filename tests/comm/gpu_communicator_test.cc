@@ -28,9 +28,11 @@
 #include "comm/data_parallel/data_parallel.h"
 #include "comm/transport/communicator.h"
 #include "comm/functions.h"
+#include "comm/links/multi_node_n_step_rnn.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"
 #include "layers/links/linear.h"
+#include "layers/links/n_step_lstm.h"
 #if TANDEM_FAKE_DEVICE
 #include "tests/comm/gpu_fake_device.h"
 #endif
@@ -599,4 +601,37 @@ TEST_CASE("gpu functions: multi-node batch normalization and the parallel region
         return {F::gather_from_parallel_region(comm, F::mul(shared, comm.rank() + 1.0), 1)};
       },
       {uniform({2, 3}, 180)});
+}
+
+TEST_CASE("gpu links: a multi-node NStepLSTM receives its state on its LSTM's device, registered or not") {
+  // The seq2seq example's Decoder keeps its MultiNodeNStepRNN unregistered and moves only the
+  // LSTM with to(): the state from the encoder must land where the LSTM is. It landed on the CPU,
+  // and the example's first run on a GPU failed ("n_step_lstm: hx is on cpu but ws[0][0] on cuda:0").
+  CommunicatorPtr comm = create_communicator("naive");  // every rank, in test-case order
+  if (comm->size() < 2 || comm->rank() > 1) return;
+  const int r = comm->rank();
+  manual_seed(40 + r);
+  // Wrapping an LSTM on the GPU leaves it there.
+  auto on_gpu = std::make_shared<NStepLSTM>(1, 3, 4, 0.0, DType::f64);
+  on_gpu->to(my_gpu());
+  REQUIRE(create_multi_node_n_step_rnn(on_gpu, comm, -1, -1)->device() == my_gpu());
+  REQUIRE(on_gpu->device() == my_gpu());
+  // As the example: wrapped on the CPU, then only the LSTM moves.
+  auto lstm = std::make_shared<NStepLSTM>(1, 3, 4, 0.0, DType::f64);
+  auto rnn = create_multi_node_n_step_rnn(lstm, comm, /*rank_in=*/r == 0 ? -1 : 0, /*rank_out=*/r == 0 ? 1 : -1);
+  lstm->to(my_gpu());
+  const Variables xs{Variable(uniform({2, 3}, 200 + r).to(my_gpu())), Variable(uniform({3, 3}, 202 + r).to(my_gpu()))};
+  const MultiNodeNStepRNNResult out = rnn->forward(xs);
+  REQUIRE(out.hy.device() == my_gpu());
+  REQUIRE(out.cy.device() == my_gpu());
+  if (r == 0) {
+    out.delegate.backward();  // receives the gradient of the state sent
+  } else {
+    F::sum(F::add(out.hy, out.cy)).backward();
+  }
+  for (const auto& [name, param] : lstm->namedparams()) {
+    INFO("rank " << r << ": gradient of " << name);
+    REQUIRE(param.grad().defined());
+    CHECK(param.grad().device() == my_gpu());
+  }
 }

@@ -217,6 +217,30 @@ TEST_CASE("integer arithmetic is exact and division truncates", "[elementwise][i
   CHECK(wrong == 0);
 }
 
+TEST_CASE("integer powers are exact, wrap like NumPy's, and 0 to a negative power is an error",
+          "[elementwise][integer]") {
+  // Beyond 2^53, where pow() in double loses the last digits: 3^39 and 7^22 exactly.
+  const Tensor base = from_vector<std::int64_t>({3, 7, -3, 2, 10});
+  const Tensor exponent = from_vector<std::int64_t>({39, 22, 37, 62, 0});
+  CHECK(pow(base, exponent).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{4052555153018976267LL, 3909821048582988049LL, -450283905890997363LL,
+                                  std::int64_t{1} << 62, 1});
+  // A result too large wraps modulo 2^32 (as NumPy's int32 power): 3^21 = 10460353203.
+  CHECK(pow(from_vector<std::int32_t>({3}), from_vector<std::int32_t>({21})).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{static_cast<std::int32_t>(10460353203LL - 2LL * 4294967296LL)});
+  // Negative exponents truncate 1 / x^|y| toward zero, as integer division does.
+  CHECK(pow(from_vector<std::int32_t>({1, -1, -1, 2, -5}), from_vector<std::int32_t>({-3, -3, -2, -1, -2}))
+            .to_vector<std::int32_t>() == std::vector<std::int32_t>{1, -1, 1, 0, 0});
+  // The scalar form, whole and fractional exponents.
+  CHECK(pow(from_vector<std::int64_t>({3, -2}), 39.0).to_vector<std::int64_t>()[0] == 4052555153018976267LL);
+  CHECK(pow(from_vector<std::int32_t>({-2, 9}), 3.0).to_vector<std::int32_t>() == std::vector<std::int32_t>{-8, 729});
+  CHECK(pow(from_vector<std::int32_t>({4, 9}), 0.5).to_vector<std::int32_t>() == std::vector<std::int32_t>{2, 3});
+  // 0 ** -1 divides by zero.
+  CHECK_THROWS_WITH(pow(from_vector<std::int32_t>({2, 0}), from_vector<std::int32_t>({-1, -1})),
+                    Contains("pow") && Contains("0 to a negative power"));
+  CHECK_THROWS_WITH(pow(from_vector<std::int64_t>({0}), -2.0), Contains("negative power"));
+}
+
 TEST_CASE("integer division by zero throws instead of crashing", "[elementwise][integer][errors]") {
   const Tensor a = from_vector<std::int32_t>({1, 2, 3});
   const Tensor z = from_vector<std::int32_t>({1, 0, 2});

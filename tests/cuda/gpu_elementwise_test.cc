@@ -54,7 +54,8 @@ Tensor operand(const Shape& shape, std::uint64_t seed, DType dtype) {
   return random_ints(shape, seed, 1, 5, dtype);
 }
 
-// pow rounds differently (the CPU goes through double); + - * / and the selections are exact
+// Floating pow rounds differently (the CPU goes through double; integer powers are exact on both);
+// + - * / and the selections are exact
 // up to the GPU's contraction of multiply-adds, which these single operations do not have.
 Tolerance binary_tolerance(const char* name, DType dtype) {
   if (std::string(name) == "pow") return for_dtype(dtype, 4e-7, 1e-15);
@@ -228,6 +229,22 @@ TEST_CASE("integer division by zero and min / -1 are errors on the GPU too", "[e
   // Floats follow IEEE instead.
   check_binary([](const Tensor& x, const Tensor& y) { return div(x, y); }, from_vector<float>({1, -1, 0}),
                zeros({3}), kExact);
+}
+
+TEST_CASE("integer powers match the CPU exactly, beyond 2^53 and when they wrap", "[elementwise][integer]") {
+  // pow() in double (2 ulp on the GPU) once gave 2 where the CPU gave 3: now both square exactly.
+  const auto power = [](std::vector<Tensor>& v) { return std::vector<Tensor>{pow(v[0], v[1])}; };
+  check_op(power, {from_vector<std::int64_t>({3, 7, -3, 2, 10, 1, -1, 2}), from_vector<std::int64_t>({39, 22, 37, 62, 0, -3, -3, -1})},
+           kExact);
+  check_op(power, {random_ints({3, 1000}, 5, -9, 9, DType::i32), random_ints({1000}, 6, 0, 40, DType::i32)}, kExact);
+  check_op([](std::vector<Tensor>& v) { return std::vector<Tensor>{pow(v[0], 21.0)}; },
+           {random_ints({5000}, 7, -9, 9, DType::i64)}, kExact);
+  // 0 to a negative power, deep inside a large tensor: the same error as on the CPU.
+  Tensor base = ones({300000}, DType::i32);
+  index_put_(base, {Index::at(299999)}, zeros({}, DType::i32));
+  CHECK_THAT(require_same_error(power, {base, full({}, -1, DType::i32)}), Contains("negative power"));
+  CHECK_THAT(require_same_error([](std::vector<Tensor>& v) { return std::vector<Tensor>{pow(v[0], -1.0)}; }, {base}),
+             Contains("negative power"));
 }
 
 TEST_CASE("NaN, infinities and signed zeros follow the CPU's rules", "[elementwise][nan]") {

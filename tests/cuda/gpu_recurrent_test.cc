@@ -140,9 +140,12 @@ TEST_CASE("n_step_lstm values and gradients match the CPU", "[recurrent][n_step_
       INFO(dtype_name(dtype));
       const Problem p = make_problem(c.layers, c.in_size, c.units, c.lengths, seed += 100, dtype);
       TrainModeGuard train(true);
-      // A sequence of T steps compounds the cell's rounding differences T times over.
+      // A sequence of T steps compounds the cell's rounding differences T times over. f64 at 1e-11
+      // shows that the GPU computes the same function; in f32 the gradients of the initial states
+      // through 25 steps of 2 layers of 128 units differed by up to 4.6e-4 (at a value of 1.44) on
+      // an H100, the order of f32's rounding over 25 steps of 128-term sums, hence 1e-3.
       check_function(lstm_fn(c.layers, batch, c.dropout, c.with_states), p.inputs, for_dtype(dtype, 2e-5, 1e-12),
-                     for_dtype(dtype, Tolerance{1e-4, 1e-4}, near(1e-11)));
+                     for_dtype(dtype, Tolerance{1e-3, 1e-3}, near(1e-11)));
     }
   }
 }
