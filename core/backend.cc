@@ -2,11 +2,22 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace tandem {
 
 namespace {
 Backend* cuda_backend = nullptr;
+}
+
+void Backend::concat(const std::vector<Tensor>& xs, int axis, Tensor& out) {
+  const Shape out_strides = contiguous_strides(out.shape());
+  std::int64_t position = 0;
+  for (const Tensor& x : xs) {
+    copy_strided(x, StridedView{0, contiguous_strides(x.shape())}, out,
+                 StridedView{position * out_strides[axis], out_strides}, x.shape());
+    position += x.shape()[axis];
+  }
 }
 
 Backend& backend_for(const Device& device, const char* op) {

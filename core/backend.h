@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
@@ -101,6 +102,12 @@ class Backend {
   // stack and broadcast_to.
   virtual void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst,
                             const StridedView& dst_view, const Shape& shape) = 0;
+
+  // out = xs joined along `axis` (checked by the caller: same dtype and device, matching
+  // shapes, out contiguous of the joined shape). The default copies one input at a time with
+  // copy_strided; the CUDA backend joins up to 64 inputs per kernel, since a batch of 64
+  // sequences made each concat 64 launches (cuda/concat.cu).
+  virtual void concat(const std::vector<Tensor>& xs, int axis, Tensor& out);
 
   // ---- optimizer kernels (CPU: core/cpu/optimizer.cc): one fused pass per parameter ----
   virtual void sgd_update(Tensor& param, const Tensor& grad, double lr) = 0;

@@ -37,6 +37,7 @@ class CudaBackend final : public Backend {
               std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b, bool accumulate) override;
   void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst, const StridedView& dst_view,
                     const Shape& shape) override;
+  void concat(const std::vector<Tensor>& xs, int axis, Tensor& out) override;  // concat.cu
 
   // ---- optimizer kernels (optimizer.cu) ----
   void sgd_update(Tensor& param, const Tensor& grad, double lr) override;

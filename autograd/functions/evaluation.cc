@@ -14,15 +14,17 @@ Variable accuracy(const Variable& y, const Variable& t, std::optional<std::int64
   TANDEM_CHECK(labels.dim() == 1 && labels.size(0) == scores.size(0), "accuracy: labels ", labels.description(),
                " do not match scores ", scores.description());
   const Tensor t64 = labels.to(DType::i64);
+  // On the scores' device throughout: no item(), which on a GPU would wait for the device.
   Tensor correct = equal(argmax(scores, 1), t64);
-  double count = static_cast<double>(labels.numel());
-  if (ignore_label) {
-    const Tensor valid = not_equal(t64, static_cast<double>(*ignore_label));
-    correct = mul(correct, valid);  // logical and
-    count = sum(valid.to(DType::i64)).item();
+  if (ignore_label) correct = mul(correct, not_equal(t64, static_cast<double>(*ignore_label)));  // logical and
+  const Tensor hits = sum(correct.to(scores.dtype()));
+  if (!ignore_label) {
+    const double count = static_cast<double>(labels.numel());
+    return Variable(count > 0 ? mul(hits, 1.0 / count) : zeros({}, scores.dtype(), scores.device()));
   }
-  const double hits = sum(correct.to(DType::i64)).item();
-  return Variable(full({}, count > 0 ? hits / count : 0.0, scores.dtype(), scores.device()));
+  // hits / count, and 0 when every label is ignored (hits is 0 then too).
+  const Tensor count = sum(not_equal(t64, static_cast<double>(*ignore_label)).to(scores.dtype()));
+  return Variable(div(hits, maximum(count, ones({}, scores.dtype(), scores.device()))));
 }
 
 }  // namespace functions

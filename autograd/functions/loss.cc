@@ -22,10 +22,9 @@ class SoftmaxCrossEntropy : public FunctionNode {
     const Tensor shifted = sub(x, max(x, {1}, true));
     const Tensor logp = sub(shifted, log(sum(exp(shifted), {1}, true)));
     const Tensor valid = not_equal(t, static_cast<double>(ignore_label_));
-    check_labels(t, valid, classes);
+    count_ = check_labels(t, valid, classes);
     const Tensor picked = sum(where(one_hot(t, classes), logp, zeros({}, x.dtype(), x.device())), {1});
     const Tensor losses = where(valid, neg(picked), zeros({}, x.dtype(), x.device()));
-    count_ = static_cast<std::int64_t>(sum(valid.to(DType::i64)).item());
     save_for_backward({logp, t, valid});
     if (reduce_ == Reduce::none) return {losses};
     return {mul(sum(losses), 1.0 / static_cast<double>(std::max<std::int64_t>(count_, 1)))};
@@ -39,7 +38,9 @@ class SoftmaxCrossEntropy : public FunctionNode {
     const Tensor zero = zeros({}, logp.dtype(), logp.device());
     Tensor g = sub(exp(logp), where(one_hot(t, logp.size(1)), ones({}, logp.dtype(), logp.device()), zero));
     g = where(expand_dims(valid, 1), g, zero);
-    if (reduce_ == Reduce::mean) return {mul(g, gy[0].item() / static_cast<double>(std::max<std::int64_t>(count_, 1))), Tensor()};
+    // gy stays on its device (no item(): on a GPU it would wait for the device).
+    if (reduce_ == Reduce::mean)
+      return {mul(g, mul(gy[0], 1.0 / static_cast<double>(std::max<std::int64_t>(count_, 1)))), Tensor()};
     return {mul(g, expand_dims(gy[0], 1)), Tensor()};
   }
 
@@ -57,17 +58,22 @@ class SoftmaxCrossEntropy : public FunctionNode {
                  t.device());
   }
 
-  void check_labels(const Tensor& t, const Tensor& valid, std::int64_t classes) const {
-    if (t.numel() == 0) return;
+  // Returns the number of labels that count (not ignore_label), after checking that they name a
+  // class: the extremes and the count come to the host in one transfer (one wait on a GPU).
+  std::int64_t check_labels(const Tensor& t, const Tensor& valid, std::int64_t classes) const {
+    if (t.numel() == 0) return 0;
     const Tensor zero = zeros({}, t.dtype(), t.device());
     const Tensor kept = where(valid, t, zero);
-    if (max(kept).item() < static_cast<double>(classes) && min(kept).item() >= 0) return;
+    const std::vector<std::int64_t> summary =
+        stack({min(kept).to(DType::i64), max(kept).to(DType::i64), sum(valid.to(DType::i64))}).to_vector<std::int64_t>();
+    if (summary[0] >= 0 && summary[1] < classes) return summary[2];
     const std::vector<std::int64_t> labels = t.to_vector<std::int64_t>();
     for (std::size_t i = 0; i < labels.size(); ++i) {
       if (labels[i] != ignore_label_ && (labels[i] < 0 || labels[i] >= classes))
         TANDEM_FAIL("softmax_cross_entropy: label ", labels[i], " at flat position ", i, " is outside [0, ", classes,
                     ") and is not the ignore_label ", ignore_label_);
     }
+    return summary[2];
   }
 
   // bool [N, C, ...]: true where the class index equals the label.
@@ -96,7 +102,7 @@ class MeanSquaredError : public FunctionNode {
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
     const Tensor& diff = saved()[0];
-    const Tensor g = mul(diff, 2.0 * gy[0].item() / static_cast<double>(std::max<std::int64_t>(diff.numel(), 1)));
+    const Tensor g = mul(diff, mul(gy[0], 2.0 / static_cast<double>(std::max<std::int64_t>(diff.numel(), 1))));
     return {needs_input_grad(0) ? g : Tensor(), needs_input_grad(1) ? neg(g) : Tensor()};
   }
 };

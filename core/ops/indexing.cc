@@ -4,6 +4,7 @@
 #include "core/ops/checks.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
+#include "core/ops/shape_ops.h"
 
 namespace tandem {
 
@@ -30,7 +31,9 @@ void check_row_ids(const Tensor& ids, std::int64_t rows, std::optional<std::int6
   const Tensor kept = ignore_label ? where(not_equal(ids, static_cast<double>(*ignore_label)), ids,
                                            zeros({}, ids.dtype(), ids.device()))
                                    : ids;
-  if (min(kept).item() >= 0 && max(kept).item() < static_cast<double>(rows)) return;
+  // Both extremes in one transfer: on a GPU each item() waits for the device.
+  const std::vector<std::int64_t> extremes = stack({min(kept), max(kept)}).to(DType::i64).to_vector<std::int64_t>();
+  if (extremes[0] >= 0 && extremes[1] < rows) return;
   // Slow path, only to name the first offending id.
   const std::vector<std::int64_t> values = ids.to_vector<std::int64_t>();
   for (std::size_t i = 0; i < values.size(); ++i) {

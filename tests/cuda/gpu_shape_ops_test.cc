@@ -90,6 +90,20 @@ TEST_CASE("concat, stack and split along every axis", "[shape][concat]") {
            {sample({512, 1000}, 16, DType::f32), sample({512, 24}, 17, DType::f32), sample({512, 3001}, 18, DType::f32)},
            kExact);
   check_op([](std::vector<Tensor>& v) { return split(v[0], 8, 0); }, {sample({4096, 300}, 19, DType::f64)}, kExact);
+  // Many inputs: one launch per 64 of them (cuda/concat.cu), empty ones and row views among them.
+  for (DType dtype : kAllDtypes) {
+    INFO(dtype_name(dtype) << ", 150 pieces");
+    std::vector<Tensor> pieces;
+    for (int i = 0; i < 150; ++i) pieces.push_back(sample({(i * 7) % 5, 3}, 100 + i, dtype));
+    pieces.push_back(sample({9, 3}, 99, dtype).slice_rows(4, 7));
+    check_op([](std::vector<Tensor>& v) { return std::vector<Tensor>{concat(v, 0)}; }, pieces, kExact);
+    std::vector<Tensor> columns;
+    for (int i = 0; i < 130; ++i) columns.push_back(sample({4, i % 3, 2}, 300 + i, dtype));
+    check_op([](std::vector<Tensor>& v) { return std::vector<Tensor>{concat(v, 1)}; }, columns, kExact);
+    std::vector<Tensor> equal;
+    for (int i = 0; i < 100; ++i) equal.push_back(sample({2, 3}, 500 + i, dtype));
+    check_op([](std::vector<Tensor>& v) { return std::vector<Tensor>{stack(v, 0), stack(v, 2)}; }, equal, kExact);
+  }
 }
 
 TEST_CASE("index with slices, negative steps, integers and new axes", "[shape][index]") {
