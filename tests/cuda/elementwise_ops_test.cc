@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/integer_power.h"
 #include "core/tensor.h"
 #include "cuda/elementwise_ops.cuh"
 
@@ -219,7 +220,19 @@ std::vector<T> kernel_unary(UnaryOp op, const std::vector<T>& x, double p0, doub
       default: break;
     }
   } else {
-    if (op == UnaryOp::pow_scalar) return map(ops::PowScalarInteger<T>{p0}, x);
+    if (op == UnaryOp::pow_scalar) {
+      // Whole exponents: the exact integer power (cuda/elementwise.cu's IntegerPowScalar).
+      if constexpr (kHasIntegerPower<T>) {
+        if (is_integer_exponent<T>(p0)) {
+          const T e = static_cast<T>(p0);
+          return map([e](T v) {
+            bool zero_to_negative = false;
+            return integer_power(v, e, &zero_to_negative);
+          }, x);
+        }
+      }
+      return map(ops::PowScalarInteger<T>{p0}, x);
+    }
   }
   FAIL("no functor for unary op " << static_cast<int>(op));
   return {};
@@ -467,7 +480,7 @@ bool binary_defined(BinaryOp op, T x, T y) {
       case BinaryOp::add: return fits_wide<T>(a + b);
       case BinaryOp::sub: return fits_wide<T>(a - b);
       case BinaryOp::mul: return fits_wide<T>(a * b);
-      case BinaryOp::pow: return fits<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      case BinaryOp::pow: return !(x == 0 && y < 0);  // exact, wrapping (core/integer_power.h); 0 ** -1 throws
       default: return true;
     }
   }
@@ -500,7 +513,14 @@ void kernel_binary(BinaryOp op, const std::vector<T>& a, const std::vector<T>& b
       case BinaryOp::div:
         if constexpr (kFloat<T>) return apply_pairs(ops::Div<T>(), a, b, out);
         break;
-      case BinaryOp::pow: return apply_pairs(ops::Pow<T>(), a, b, out);
+      case BinaryOp::pow:
+        if constexpr (kHasIntegerPower<T>) {  // cuda/elementwise.cu's IntegerPow
+          return apply_pairs([](T x, T y) {
+            bool zero_to_negative = false;
+            return integer_power(x, y, &zero_to_negative);
+          }, a, b, out);
+        }
+        return apply_pairs(ops::Pow<T>(), a, b, out);
       case BinaryOp::maximum: return apply_pairs(ops::Maximum<T>(), a, b, out);
       case BinaryOp::minimum: return apply_pairs(ops::Minimum<T>(), a, b, out);
       case BinaryOp::relu_grad: return apply_pairs(ops::ReluGrad<T>(), a, b, out);
