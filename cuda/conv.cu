@@ -3,7 +3,8 @@
 // CUDNN_CROSS_CORRELATION is what the CPU backend computes (y[o] = sum W[o, c, ky, kx] *
 // x[c, oy * stride - pad + ky * dilate, ...], the kernel not flipped).
 //
-// Algorithm choice. Each pass asks cuDNN's heuristics (cudnnGet*Algorithm_v7: no benchmark, no
+// Algorithm choice (cuda::set_deterministic(false) admits the atomics-based ones too, and
+// becomes part of the cache key). Each pass asks cuDNN's heuristics (cudnnGet*Algorithm_v7: no benchmark, no
 // memory, and the same answer on every run on the same GPU and cuDNN, so results are
 // reproducible from run to run) for a ranking of the algorithms. Only deterministic ones are
 // taken (the backward passes' atomics-based ALGO_0 and the filter's ALGO_3 never are), and for
@@ -59,6 +60,8 @@ struct CudnnConv {
   // f32 without allow_tf32(): FMA math only. Otherwise cuDNN's default math, which is exact
   // for f64 and may use TF32 for f32.
   bool fma_only;
+  // Only algorithms with the same bits on every run (tandem::cuda::deterministic()).
+  bool deterministic = true;
   CudnnTensorDescriptor x, y;
   CudnnFilterDescriptor w;
   CudnnConvolutionDescriptor conv;
@@ -172,7 +175,7 @@ std::int64_t pointer_alignment(const void* a, const void* b, const void* c) {
   return static_cast<std::int64_t>(bits & (~bits + 1));  // the lowest set bit
 }
 
-using ConvKey = std::array<std::int64_t, 19>;
+using ConvKey = std::array<std::int64_t, 20>;
 
 ConvKey make_key(int device, ConvPass pass, const CudnnConv& c, const Conv2DGeometry& g, std::int64_t out_channels,
                  std::int64_t groups, std::int64_t batch, std::int64_t alignment) {
@@ -181,7 +184,7 @@ ConvKey make_key(int device, ConvPass pass, const CudnnConv& c, const Conv2DGeom
           batch,      g.channels, g.height,   g.width,  out_channels,
           g.kernel_h, g.kernel_w, g.stride_y, g.stride_x,
           g.pad_y,    g.pad_x,    g.dilate_y, g.dilate_x,
-          groups,     alignment};
+          groups,     alignment, c.deterministic ? 1 : 0};
 }
 
 std::mutex& cache_mutex() {
@@ -328,7 +331,7 @@ RankedAlgorithms rank_algorithms(const DeviceContext& ctx, ConvPass pass, const 
   for (const Candidate& cand : heuristic_candidates(ctx, pass, c)) {
     if (cand.status != CUDNN_STATUS_SUCCESS) continue;
     ++ranked.offered;
-    if (cand.determinism != CUDNN_DETERMINISTIC || !is_deterministic(pass, cand.algo)) {
+    if (c.deterministic && (cand.determinism != CUDNN_DETERMINISTIC || !is_deterministic(pass, cand.algo))) {
       ++ranked.nondeterministic;
       continue;
     }
@@ -490,6 +493,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, cons
     CudnnConv c;
     c.type = cudnn_data_type(x.dtype(), op);
     c.fma_only = fma_only_for(x.dtype());
+    c.deterministic = deterministic();
     const CudnnScalars scalars(c.type, 1.0, 0.0);
     const std::int64_t chunk = images_per_chunk(g, O, op);
     const std::int64_t x_image = g.channels * g.height * g.width, y_image = O * g.out_h * g.out_w;
@@ -528,6 +532,7 @@ void CudaBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Con
   CudnnConv c;
   c.type = cudnn_data_type(gy.dtype(), op);
   c.fma_only = fma_only_for(gy.dtype());
+  c.deterministic = deterministic();
   const CudnnScalars scalars(c.type, 1.0, 0.0);  // beta = 0: gx is overwritten
   const std::int64_t chunk = images_per_chunk(g, O, op);
   const std::int64_t x_image = g.channels * g.height * g.width, y_image = O * g.out_h * g.out_w;
@@ -564,6 +569,7 @@ void CudaBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Co
   CudnnConv c;
   c.type = cudnn_data_type(x.dtype(), op);
   c.fma_only = fma_only_for(x.dtype());
+  c.deterministic = deterministic();
   const std::int64_t chunk = images_per_chunk(g, O, op);
   const std::int64_t x_image = g.channels * g.height * g.width, y_image = O * g.out_h * g.out_w;
   const std::size_t element = dtype_size(x.dtype());

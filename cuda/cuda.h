@@ -27,6 +27,15 @@ void synchronize(int index);
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Convolutions pick only cuDNN algorithms whose results are the same bit for bit from run to
+// run (on by default). Off, cuDNN may also run the backward passes' ALGO_0 and the weight
+// gradient's ALGO_3, which add with atomics (still exact FP32 sums, in a varying order), as
+// PyTorch does unless torch.backends.cudnn.deterministic is set: its weight gradients are
+// several times faster (README, GPU). The environment variable TANDEM_DETERMINISTIC=0 sets the
+// starting value.
+void set_deterministic(bool deterministic);
+bool deterministic();
+
 // The caching allocator of device `index`: bytes handed to tensors, bytes kept for reuse.
 struct MemoryStats {
   std::size_t in_use_bytes = 0, cached_bytes = 0, peak_in_use_bytes = 0, raw_allocations = 0;

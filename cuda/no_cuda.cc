@@ -17,6 +17,8 @@ void require_device(int index, const char* what) { TANDEM_FAIL(what, ": no CUDA 
 void synchronize(int index) { require_device(index, "cuda::synchronize"); }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
+void set_deterministic(bool) {}
+bool deterministic() { return true; }
 MemoryStats memory_stats(int index) {
   require_device(index, "cuda::memory_stats");
   return {};

@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "cuda/cuda.h"
@@ -13,6 +15,13 @@ namespace cuda {
 
 namespace {
 std::atomic<bool> tf32_allowed{false};
+// TANDEM_DETERMINISTIC=0 (or "false", "off") starts with deterministic convolutions off.
+std::atomic<bool> deterministic_only{[] {
+  const char* value = std::getenv("TANDEM_DETERMINISTIC");
+  if (value == nullptr) return true;
+  const std::string v = value;
+  return !(v == "0" || v == "false" || v == "off");
+}()};
 
 // cudaGetDeviceCount's answer, asked once: without a driver or GPU it returns an error, which
 // is remembered as the reason.
@@ -53,6 +62,8 @@ void synchronize(int index) { TANDEM_CUDA_CHECK(cudaStreamSynchronize(use_device
 
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow); }
 bool allow_tf32() { return tf32_allowed.load(); }
+void set_deterministic(bool deterministic) { deterministic_only.store(deterministic); }
+bool deterministic() { return deterministic_only.load(); }
 
 MemoryStats memory_stats(int index) {
   const AllocatorStats s = use_device(index, "cuda::memory_stats").allocator->stats();
