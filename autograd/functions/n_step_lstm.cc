@@ -49,6 +49,8 @@ NStepLSTMResult unpack_outputs(Variables outputs) {
   return result;
 }
 
+// Index tables built here from the checked lengths: gathered with take_rows_trusted (no range
+// check, which on a GPU waited for the device at every gather).
 Tensor index_tensor(const std::vector<std::int64_t>& values, Device device) {
   return from_vector<std::int64_t>(values, {static_cast<std::int64_t>(values.size())}).to(device);
 }
@@ -103,7 +105,7 @@ class NStepLSTM : public FunctionNode {
     std::vector<Tensor> saved{pack_idx, unpack_idx, order_idx, rank_idx};
     std::vector<Tensor> xs;
     for (std::int64_t i = 0; i < B; ++i) xs.push_back(in[layout_.x(i)]);
-    Tensor input = take_rows(B == 1 ? xs[0] : concat(xs, 0), pack_idx);
+    Tensor input = take_rows_trusted(B == 1 ? xs[0] : concat(xs, 0), pack_idx, "n_step_lstm");
 
     std::vector<Tensor> hy, cy;
     Tensor Hs;
@@ -120,8 +122,8 @@ class NStepLSTM : public FunctionNode {
       const Tensor bias =
           add(concat({in[layout_.b(l, 0)], in[layout_.b(l, 1)], in[layout_.b(l, 2)], in[layout_.b(l, 3)]}, 0),
               concat({in[layout_.b(l, 4)], in[layout_.b(l, 5)], in[layout_.b(l, 6)], in[layout_.b(l, 7)]}, 0));
-      const Tensor h0 = take_rows(layer_state(in[layout_.hx()], l), order_idx);
-      const Tensor c0 = take_rows(layer_state(in[layout_.cx()], l), order_idx);
+      const Tensor h0 = take_rows_trusted(layer_state(in[layout_.hx()], l), order_idx, "n_step_lstm");
+      const Tensor c0 = take_rows_trusted(layer_state(in[layout_.cx()], l), order_idx, "n_step_lstm");
 
       // The input projection of every step at once; the gates become the activations in place.
       Tensor gates = matmul(input, Wx, false, true);
@@ -137,8 +139,8 @@ class NStepLSTM : public FunctionNode {
         Tensor c = Cs.slice_rows(off, off + bt), h = Hs.slice_rows(off, off + bt);
         lstm_cell_forward_(g, c_prev, c, h);
       }
-      hy.push_back(take_rows(any_empty ? concat({Hs, h0}, 0) : Hs, final_idx));
-      cy.push_back(take_rows(any_empty ? concat({Cs, c0}, 0) : Cs, final_idx));
+      hy.push_back(take_rows_trusted(any_empty ? concat({Hs, h0}, 0) : Hs, final_idx, "n_step_lstm"));
+      cy.push_back(take_rows_trusted(any_empty ? concat({Cs, c0}, 0) : Cs, final_idx, "n_step_lstm"));
       if (recording()) {
         for (const Tensor& t : {input, mask, gates, Cs, Hs, h0, c0, Wx, Wh}) saved.push_back(t);
       }
@@ -147,7 +149,7 @@ class NStepLSTM : public FunctionNode {
     save_for_backward(std::move(saved));
 
     std::vector<Tensor> outputs{stack(hy, 0), stack(cy, 0)};
-    const Tensor ys = take_rows(Hs, unpack_idx);
+    const Tensor ys = take_rows_trusted(Hs, unpack_idx, "n_step_lstm");
     for (std::int64_t i = 0; i < B; ++i) outputs.push_back(ys.slice_rows(starts_[i], starts_[i] + lengths_[i]));
     return outputs;
   }
@@ -176,7 +178,7 @@ class NStepLSTM : public FunctionNode {
     const Tensor& gcy = grads[1];
     std::vector<Tensor> gys(grads.begin() + 2, grads.end());
     // The gradient arriving at each packed hidden state of the current layer.
-    Tensor gHs = take_rows(B == 1 ? gys[0] : concat(gys, 0), pack_idx);
+    Tensor gHs = take_rows_trusted(B == 1 ? gys[0] : concat(gys, 0), pack_idx, "n_step_lstm");
     std::vector<Tensor> ghx(L), gcx(L);
 
     for (std::int64_t l = L - 1; l >= lowest; --l) {
@@ -192,8 +194,8 @@ class NStepLSTM : public FunctionNode {
 
       // dh, dc: the gradients of the running state, sorted; a sequence's rows start as its
       // gradient of hy, cy and are first touched at its last step.
-      Tensor dh = take_rows(layer_state(ghy, l), order_idx);
-      Tensor dc = take_rows(layer_state(gcy, l), order_idx);
+      Tensor dh = take_rows_trusted(layer_state(ghy, l), order_idx, "n_step_lstm");
+      Tensor dc = take_rows_trusted(layer_state(gcy, l), order_idx, "n_step_lstm");
       Tensor ggates({N, 4 * H_}, act.dtype(), act.device());
       for (std::int64_t t = steps_ - 1; t >= 0; --t) {
         const std::int64_t bt = batch_sizes_[t], off = offsets_[t];
@@ -206,8 +208,8 @@ class NStepLSTM : public FunctionNode {
         // The gradient of h_{t-1} for the sequences running at t.
         dh_t.copy_(matmul(gg, Wh));
       }
-      if (needs_input_grad(layout_.hx())) ghx[l] = take_rows(dh, rank_idx);
-      if (needs_input_grad(layout_.cx())) gcx[l] = take_rows(dc, rank_idx);
+      if (needs_input_grad(layout_.hx())) ghx[l] = take_rows_trusted(dh, rank_idx, "n_step_lstm");
+      if (needs_input_grad(layout_.cx())) gcx[l] = take_rows_trusted(dc, rank_idx, "n_step_lstm");
 
       auto any_needed = [&](std::int64_t j0, bool bias) {
         for (std::int64_t j = j0; j < j0 + 4; ++j)
@@ -243,7 +245,7 @@ class NStepLSTM : public FunctionNode {
         if (l > 0) {
           gHs = ginput;
         } else {
-          const Tensor gx = take_rows(ginput, unpack_idx);
+          const Tensor gx = take_rows_trusted(ginput, unpack_idx, "n_step_lstm");
           for (std::int64_t i = 0; i < B; ++i)
             if (needs_input_grad(layout_.x(i))) out[layout_.x(i)] = gx.slice_rows(starts_[i], starts_[i] + lengths_[i]);
         }

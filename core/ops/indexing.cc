@@ -44,16 +44,29 @@ void check_row_ids(const Tensor& ids, std::int64_t rows, std::optional<std::int6
   }
 }
 
-Tensor take_rows(const Tensor& table, const Tensor& ids, std::optional<std::int64_t> ignore_label, const char* op) {
+namespace {
+
+Tensor gather_rows(const Tensor& table, const Tensor& ids, std::optional<std::int64_t> ignore_label, const char* op,
+                   bool check_range) {
   check_table(table, op);
   check_id_dtype(ids, op);
   TANDEM_CHECK(ids.device() == table.device(), op, ": table on ", table.device(), " but ids on ", ids.device());
-  check_row_ids(ids, table.size(0), ignore_label, op);
+  if (check_range) check_row_ids(ids, table.size(0), ignore_label, op);
   Shape out_shape = ids.shape();
   out_shape.push_back(table.size(1));
   Tensor out(out_shape, table.dtype(), table.device());
   backend_for(table.device(), op).take_rows(table, ids, out, ignore_label.has_value(), ignore_label.value_or(0));
   return out;
+}
+
+}  // namespace
+
+Tensor take_rows(const Tensor& table, const Tensor& ids, std::optional<std::int64_t> ignore_label, const char* op) {
+  return gather_rows(table, ids, ignore_label, op, /*check_range=*/true);
+}
+
+Tensor take_rows_trusted(const Tensor& table, const Tensor& ids, const char* op) {
+  return gather_rows(table, ids, std::nullopt, op, /*check_range=*/false);
 }
 
 void index_add_rows_(Tensor& table, const Tensor& ids, const Tensor& src, std::optional<std::int64_t> ignore_label,

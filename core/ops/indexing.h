@@ -18,6 +18,11 @@ void check_row_ids(const Tensor& ids, std::int64_t rows, std::optional<std::int6
 // [0, V) is an error naming OP, the id and V.
 Tensor take_rows(const Tensor& table, const Tensor& ids, std::optional<std::int64_t> ignore_label = std::nullopt,
                  const char* op = "take_rows");
+// take_rows for ids that the calling operation built itself from sizes it checked (a
+// permutation, the rows of a packed batch): shapes, dtypes and devices are checked, the ids'
+// range is not. That check costs two reductions and, on a GPU, a wait for the device, and
+// n_step_lstm gathers rows this way a dozen times per call. Never for ids from a user.
+Tensor take_rows_trusted(const Tensor& table, const Tensor& ids, const char* op);
 
 // In place: table[ids[s], :] += src[s, :] for every position s of ids, with src of shape
 // ids.shape() + [D]. Repeated ids accumulate; ids equal to ignore_label are skipped; other ids

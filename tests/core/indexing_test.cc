@@ -104,6 +104,16 @@ TEST_CASE("take_rows rejects bad ids and tables", "[indexing][errors]") {
   }
 }
 
+TEST_CASE("take_rows_trusted gathers as take_rows does, still checking shapes, dtypes and devices",
+          "[indexing]") {
+  const Tensor table = uniform({5, 3}, 21);
+  const Tensor ids = from_vector<std::int64_t>({4, 0, 0, 2}, {2, 2});
+  CHECK(values(take_rows_trusted(table, ids, "my_op")) == values(take_rows(table, ids)));
+  CHECK(take_rows_trusted(table, ids, "my_op").shape() == Shape{2, 2, 3});
+  CHECK_THROWS_WITH(take_rows_trusted(table, from_vector<double>({0.0}), "my_op"), Contains("my_op"));
+  CHECK_THROWS_WITH(take_rows_trusted(ones({5}), ids, "my_op"), Contains("my_op") && Contains("2-D"));
+}
+
 TEST_CASE("index_add_rows_ accumulates repeated ids", "[indexing]") {
   for (DType id_dtype : {DType::i32, DType::i64}) {
     for (DType dtype : {DType::f64, DType::i64}) {
