@@ -53,6 +53,8 @@ struct MessageOptions {
   std::uint32_t list_size = 1;
   // false: return once the message is posted, without waiting for the receiver (isend).
   bool blocking = true;
+  // Carried in the header's aux field for the receiver (the pipeline's microbatch number).
+  std::int64_t aux = -1;
 };
 
 // What a receive expects, checked against the header that arrives.

@@ -14,6 +14,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::fn_send: return "send (differentiable, forward)";
     case OpKind::fn_recv_grad: return "recv backward (gradient for a send)";
     case OpKind::object_send: return "send_obj";
+    case OpKind::pipeline: return "pipeline";
     case OpKind::barrier: return "barrier";
     case OpKind::bcast: return "bcast";
     case OpKind::gather: return "gather";
@@ -35,7 +36,7 @@ bool is_collective(OpKind kind) { return static_cast<int>(kind) >= static_cast<i
 namespace {
 
 bool valid_kind(std::uint8_t value) {
-  return (value >= 1 && value <= 4) ||
+  return (value >= 1 && value <= static_cast<std::uint8_t>(OpKind::pipeline)) ||
          (value >= static_cast<std::uint8_t>(OpKind::barrier) && value <= static_cast<std::uint8_t>(OpKind::last));
 }
 

@@ -28,6 +28,7 @@ enum class OpKind : std::uint8_t {
   fn_send = 2,         // forward of the differentiable send
   fn_recv_grad = 3,    // backward of the differentiable recv: the gradient for a send
   object_send = 4,     // Communicator::send_obj
+  pipeline = 5,        // a pipeline stage's activations, gradients or abort (comm/pipeline)
   // collectives (metadata exchange before the data moves)
   barrier = 16,
   bcast = 17,

@@ -140,6 +140,7 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
   header.payload_bytes = x.nbytes();
   header.list_index = options.list_index;
   header.list_size = options.list_size;
+  header.aux = options.aux;
   if (x.device().is_cuda()) header.flags |= comm_detail::kFlagOnDevice;
   if (moves_device_tensors() && x.device().is_cuda() && x.nbytes() >= kDevicePayloadBytes) {
     // The header goes synchronously (MPI_Issend): once it returns, the receiver has matched it

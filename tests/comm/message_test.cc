@@ -126,7 +126,7 @@ TEST_CASE("message: inline payload, scalar shape, every dtype and every kind rou
     CHECK(m.header_bytes == header_size);
     CHECK(static_cast<unsigned char>(bytes[m.header_bytes]) == 0xa0);
   }
-  const OpKind kinds[] = {OpKind::tensor_send, OpKind::fn_send,   OpKind::fn_recv_grad,   OpKind::object_send,
+  const OpKind kinds[] = {OpKind::tensor_send, OpKind::fn_send,   OpKind::fn_recv_grad,   OpKind::object_send, OpKind::pipeline,
                           OpKind::barrier,     OpKind::bcast,     OpKind::gather,         OpKind::scatter,
                           OpKind::allgather,   OpKind::alltoall,  OpKind::allreduce,      OpKind::reduce,
                           OpKind::reduce_scatter, OpKind::object_bcast, OpKind::object_gather, OpKind::split};
