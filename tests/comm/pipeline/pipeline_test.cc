@@ -1,0 +1,395 @@
+// The pipeline runtime (comm/pipeline/pipeline.h) on 2, 3 and 4 ranks: for every schedule and
+// microbatch count, the parameter gradients of one step, and the parameters after three
+// optimizer steps, equal the same model computed in one process on the whole batch (f64, to
+// 1e-10); a sequence stage takes microbatches of different lengths; recomputation changes
+// nothing; and every kind of bad input is the same clear error on every rank, after which the
+// pipeline still runs.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "autograd/functions.h"
+#include "autograd/grad_mode.h"
+#include "comm/pipeline/pipeline.h"
+#include "layers/links/linear.h"
+#include "layers/links/n_step_lstm.h"
+#include "layers/optimizers/sgd.h"
+#include "tests/core/test_util.h"
+
+using namespace tandem;
+namespace F = tandem::functions;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr std::int64_t kIn = 5, kWidth = 6, kClasses = 3;
+
+CommunicatorPtr world() {
+  static CommunicatorPtr comm = create_communicator("naive");
+  return comm;
+}
+
+std::shared_ptr<Linear> seeded_linear(std::int64_t in, std::int64_t out, std::uint64_t seed) {
+  auto l = std::make_shared<Linear>(in, out, LinearOptions{false, {}, {}, DType::f64});
+  Generator gen(seed);
+  l->W().set_data(randn({out, in}, gen, 0, 0.5, DType::f64));
+  l->b().set_data(randn({out}, gen, 0, 0.2, DType::f64));
+  return l;
+}
+
+// Stage s of an MLP of `stages` stages: tanh(W x + b), the last one a linear classifier whose
+// loss is the softmax cross-entropy against the targets. Built alike on every rank from the seed.
+class MlpStage : public Chain {
+ public:
+  MlpStage(int stage, int stages)
+      : last_(stage == stages - 1),
+        l(add_link("l", seeded_linear(stage == 0 ? kIn : kWidth, last_ ? kClasses : kWidth, 100 + stage))) {}
+  Variables forward_many(const Variables& xs) override {
+    if (!last_) return {F::tanh((*l)(xs.at(0)))};
+    return {F::softmax_cross_entropy((*l)(xs.at(0)), xs.at(1))};
+  }
+  bool last_;
+  std::shared_ptr<Linear> l;
+};
+
+std::vector<Tensor> make_batch(std::int64_t n, std::uint64_t seed) {
+  Generator gen(seed);
+  Tensor x = randn({n, kIn}, gen, 0, 1, DType::f64);
+  Tensor t({n}, DType::i32);
+  for (std::int64_t i = 0; i < n; ++i) t.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7 + seed) % kClasses);
+  return {x, t};
+}
+
+// The whole model in one process: every stage, in order, on the whole batch.
+struct Reference {
+  explicit Reference(int stages) {
+    for (int s = 0; s < stages; ++s) links.push_back(std::make_shared<MlpStage>(s, stages));
+  }
+  double loss_and_backward(const std::vector<Tensor>& batch) {
+    Variable h(batch[0]);
+    for (std::size_t s = 0; s + 1 < links.size(); ++s) h = links[s]->forward_many({h})[0];
+    Variable loss = links.back()->forward_many({h, Variable(batch[1])})[0];
+    loss.backward();
+    return loss.data().item();
+  }
+  std::vector<std::shared_ptr<MlpStage>> links;
+};
+
+std::vector<LinkPtr> my_stages(int stages, int ranks, int rank) {
+  std::vector<LinkPtr> mine;
+  for (int s = rank; s < stages; s += ranks) mine.push_back(std::make_shared<MlpStage>(s, stages));
+  return mine;
+}
+
+void require_close(const Tensor& got, const Tensor& want, const std::string& what, double tol = 1e-10) {
+  INFO(what);
+  REQUIRE(got.defined());
+  REQUIRE(got.shape() == want.shape());
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": " << g[i] << " vs " << w[i]);
+    REQUIRE(std::abs(g[i] - w[i]) <= tol * (1 + std::abs(w[i])));
+  }
+}
+
+// This rank's stage parameters against the reference's.
+void require_same_params(const pipeline::Pipeline& pipe, const Reference& ref, bool gradients) {
+  for (int s : pipe.stage_ids()) {
+    auto got = pipe.stage(s)->namedparams();
+    auto want = ref.links[static_cast<std::size_t>(s)]->namedparams();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const std::string what = "stage " + std::to_string(s) + " " + got[i].first;
+      if (gradients) require_close(got[i].second.grad(), want[i].second.grad(), what + " gradient");
+      else require_close(got[i].second.data(), want[i].second.data(), what);
+    }
+  }
+}
+
+struct Case {
+  std::string schedule;
+  int stages_per_rank;
+  int microbatches;
+  bool recompute;
+};
+
+std::vector<Case> cases(int p) {
+  std::vector<Case> out;
+  for (int m : {1, p, 2 * p + 1}) {
+    out.push_back({"gpipe", 1, m, false});
+    out.push_back({"1f1b", 1, m, false});
+  }
+  for (int m : {p, 2 * p}) out.push_back({"interleaved", 2, m, false});
+  out.push_back({"1f1b", 1, p, true});
+  out.push_back({"interleaved", 2, p, true});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: one step's gradients equal one process for every schedule and microbatch count") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  for (const Case& c : cases(p)) {
+    const int stages = p * c.stages_per_rank;
+    INFO(c.schedule << ", " << stages << " stages, " << c.microbatches << " microbatches"
+                    << (c.recompute ? ", recompute" : ""));
+    pipeline::PipelineOptions options;
+    options.recompute = c.recompute;
+    auto pipe = std::make_shared<pipeline::Pipeline>(
+        comm, pipeline::schedule_by_name(c.schedule, p, c.stages_per_rank, c.microbatches),
+        my_stages(stages, p, comm->rank()), options);
+    const std::vector<Tensor> batch = make_batch(4 * p + 3, 7);  // uneven microbatches
+    const pipeline::StepResult result = pipe->step(batch);
+
+    Reference ref(stages);
+    const double loss = ref.loss_and_backward(batch);
+    REQUIRE(std::abs(result.loss - loss) <= 1e-12);
+    REQUIRE(result.examples == 4 * p + 3);
+    require_same_params(*pipe, ref, true);
+  }
+}
+
+TEST_CASE("pipeline: parameters after three optimizer steps equal one process") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    INFO(name);
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 2 * p + 1),
+                                                     my_stages(p, p, comm->rank()));
+    MomentumSGD opt(0.1, 0.9);
+    opt.setup(pipe);
+    Reference ref(p);
+    auto whole = std::make_shared<ChainList>();
+    for (auto& l : ref.links) whole->append(l);
+    MomentumSGD ref_opt(0.1, 0.9);
+    ref_opt.setup(whole);
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<Tensor> batch = make_batch(5 * p + 2, 11 + step);
+      pipe->cleargrads();
+      pipe->step(batch);
+      opt.update();
+      whole->cleargrads();
+      ref.loss_and_backward(batch);
+      ref_opt.update();
+    }
+    require_same_params(*pipe, ref, false);
+  }
+}
+
+TEST_CASE("pipeline: evaluate runs forwards only and reports the last stage's observation on every rank") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::one_f_one_b(p, p + 1), my_stages(p, p, comm->rank()));
+  const std::vector<Tensor> batch = make_batch(3 * p + 1, 5);
+  const pipeline::StepResult result = pipe->evaluate(batch);
+  Reference ref(p);
+  double want;
+  {
+    NoGradGuard no_grad;
+    Variable h(batch[0]);
+    for (int s = 0; s + 1 < p; ++s) h = ref.links[static_cast<std::size_t>(s)]->forward_many({h})[0];
+    want = ref.links.back()->forward_many({h, Variable(batch[1])})[0].data().item();
+  }
+  REQUIRE(std::abs(result.loss - want) <= 1e-12);
+  for (const auto& [name, param] : pipe->namedparams()) REQUIRE_FALSE(param.grad().defined());
+}
+
+namespace {
+
+// A sequence model: stage 0 an NStepLSTM over a microbatch of sequences (of different lengths),
+// giving each sequence's final hidden state; then tanh layers; the last a linear regression
+// against the targets (mean squared error).
+class SequenceStage : public Chain {
+ public:
+  SequenceStage(int stage, int stages) : stage_(stage), last_(stage == stages - 1) {
+    if (stage == 0) {
+      lstm = add_link("lstm", std::make_shared<NStepLSTM>(1, 3, kWidth, 0.0, DType::f64));
+      Generator gen(300);
+      for (auto& [name, param] : lstm->namedparams()) param.set_data(randn(param.shape(), gen, 0, 0.4, DType::f64));
+    }
+    if (stage > 0) l = add_link("l", seeded_linear(kWidth, last_ ? 2 : kWidth, 200 + stage));
+  }
+  Variables forward_many(const Variables& xs) override {
+    Variable h;
+    if (stage_ == 0) {
+      const Variables sequences(xs.begin(), xs.end() - (last_ ? 1 : 0));
+      h = F::reshape(lstm->forward(Variable(), Variable(), sequences).hy, {static_cast<std::int64_t>(sequences.size()), kWidth});
+    } else {
+      h = xs[0];
+    }
+    if (stage_ > 0) h = last_ ? (*l)(h) : F::tanh((*l)(h));
+    if (last_) return {F::mean_squared_error(h, xs.back())};
+    return {h};
+  }
+  int stage_;
+  bool last_;
+  std::shared_ptr<NStepLSTM> lstm;
+  std::shared_ptr<Linear> l;
+};
+
+}  // namespace
+
+TEST_CASE("pipeline: microbatches of different sequence lengths through an NStepLSTM stage equal one process") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  const int m_count = p + 1;
+  // Microbatch m holds m + 1 sequences; their lengths differ within and across microbatches.
+  Generator gen(9);
+  std::vector<pipeline::Microbatch> microbatches;
+  std::vector<Tensor> all_sequences, all_targets;
+  for (int m = 0; m < m_count; ++m) {
+    pipeline::Microbatch mb;
+    for (int i = 0; i <= m; ++i) {
+      mb.inputs.push_back(randn({2 + (3 * m + 2 * i) % 7, 3}, gen, 0, 1, DType::f64));
+      all_sequences.push_back(mb.inputs.back());
+    }
+    mb.targets.push_back(randn({m + 1, 2}, gen, 0, 1, DType::f64));
+    all_targets.push_back(mb.targets.back());
+    mb.examples = m + 1;
+    microbatches.push_back(mb);
+  }
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    INFO(name);
+    std::vector<LinkPtr> mine;
+    for (int s = comm->rank(); s < p; s += p) mine.push_back(std::make_shared<SequenceStage>(s, p));
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, m_count), mine);
+    const pipeline::StepResult result = pipe->step(microbatches);
+
+    std::vector<std::shared_ptr<SequenceStage>> ref;
+    for (int s = 0; s < p; ++s) ref.push_back(std::make_shared<SequenceStage>(s, p));
+    Variables xs;
+    for (const Tensor& t : all_sequences) xs.emplace_back(t);
+    if (p == 1) xs.emplace_back(concat(all_targets, 0));
+    Variable h = ref[0]->forward_many(xs)[0];
+    for (int s = 1; s < p; ++s) h = ref[static_cast<std::size_t>(s)]->forward_many(s == p - 1 ? Variables{h, Variable(concat(all_targets, 0))} : Variables{h})[0];
+    h.backward();
+    REQUIRE(std::abs(result.loss - h.data().item()) <= 1e-12);
+    for (int s : pipe->stage_ids()) {
+      auto got = pipe->stage(s)->namedparams();
+      auto want = ref[static_cast<std::size_t>(s)]->namedparams();
+      for (std::size_t i = 0; i < got.size(); ++i)
+        require_close(got[i].second.grad(), want[i].second.grad(), "stage " + std::to_string(s) + " " + got[i].first);
+    }
+  }
+}
+
+namespace {
+
+// tanh(W x + b) with dropout: the recomputed forward must draw the same mask.
+class DropoutStage : public MlpStage {
+ public:
+  using MlpStage::MlpStage;
+  Variables forward_many(const Variables& xs) override {
+    if (last_) return MlpStage::forward_many(xs);
+    return {F::dropout(F::tanh((*l)(xs.at(0))), 0.5)};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipeline: recomputation draws the same dropout masks and gives the same gradients") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  std::map<std::string, Tensor> grads[2];
+  for (bool recompute : {false, true}) {
+    std::vector<LinkPtr> mine;
+    for (int s = comm->rank(); s < p; s += p) mine.push_back(std::make_shared<DropoutStage>(s, p));
+    pipeline::PipelineOptions options;
+    options.recompute = recompute;
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::one_f_one_b(p, 2 * p), mine, options);
+    manual_seed(42);
+    pipe->step(make_batch(4 * p, 3));
+    for (const auto& [name, param] : pipe->namedparams()) grads[recompute][name] = param.grad();
+  }
+  for (const auto& [name, g] : grads[0]) require_close(grads[1][name], g, name, 0);
+}
+
+namespace {
+
+// Stage 0 misbehaves as told; the others are MlpStages.
+class FaultyStage : public MlpStage {
+ public:
+  enum class Fault { none, returns_nothing, changes_width };
+  FaultyStage(int stage, int stages, Fault fault) : MlpStage(stage, stages), fault_(fault) {}
+  Variables forward_many(const Variables& xs) override {
+    ++calls_;
+    if (fault_ == Fault::returns_nothing && calls_ == 2) return {};
+    Variables ys = MlpStage::forward_many(xs);
+    if (fault_ == Fault::changes_width && calls_ == 2) return {F::concat({ys[0], ys[0]}, 1)};
+    return ys;
+  }
+  Fault fault_;
+  int calls_ = 0;
+};
+
+std::vector<LinkPtr> faulty_stages(int p, int rank, FaultyStage::Fault fault) {
+  std::vector<LinkPtr> mine;
+  for (int s = rank; s < p; s += p)
+    mine.push_back(std::make_shared<FaultyStage>(s, p, s == 0 ? fault : FaultyStage::Fault::none));
+  return mine;
+}
+
+// After a failed step the pipeline must still run: one more step, checked against one process.
+void require_next_step_works(pipeline::Pipeline& pipe, int p) {
+  pipe.cleargrads();
+  const std::vector<Tensor> batch = make_batch(2 * p + 1, 23);
+  pipe.step(batch);
+  Reference ref(p);
+  ref.loss_and_backward(batch);
+  require_same_params(pipe, ref, true);
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: a failure on one rank is the same error on every rank, and the next step runs") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    INFO(name);
+    {
+      auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 3),
+                                                       faulty_stages(p, comm->rank(), FaultyStage::Fault::returns_nothing));
+      // On every rank: the rank, the action and why.
+      REQUIRE_THROWS_WITH(pipe->step(make_batch(6, 1)),
+                          Contains("rank 0, forward of microbatch 1 on stage 0") && Contains("returned nothing"));
+      require_next_step_works(*pipe, p);
+    }
+    {
+      // Stage 0 returns twice the width for microbatch 1: stage 1's Linear cannot take it.
+      auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 3),
+                                                       faulty_stages(p, comm->rank(), FaultyStage::Fault::changes_width));
+      REQUIRE_THROWS_WITH(pipe->step(make_batch(6, 1)),
+                          Contains("rank 1, forward of microbatch 1 on stage 1") && Contains("f64[2, 12]"));
+      require_next_step_works(*pipe, p);
+    }
+    {
+      auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 8),
+                                                       my_stages(p, p, comm->rank()));
+      REQUIRE_THROWS_WITH(pipe->step(make_batch(5, 1)), Contains("8 microbatches from a batch of 5 example(s)"));
+      pipe->cleargrads();
+      const std::vector<Tensor> batch = make_batch(9, 4);
+      pipe->step(batch);
+      Reference ref(p);
+      ref.loss_and_backward(batch);
+      require_same_params(*pipe, ref, true);
+    }
+  }
+}
+
+TEST_CASE("pipeline: schedules that do not fit are errors on every rank before anything runs") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  REQUIRE_THROWS_WITH(
+      pipeline::Pipeline(comm, pipeline::one_f_one_b(p + 1, 4), my_stages(p, p, comm->rank())),
+      Contains("is for " + std::to_string(p + 1) + " rank(s), but the communicator has " + std::to_string(p)));
+  // Rank 0 runs GPipe, the others 1F1B.
+  const pipeline::Schedule schedule = comm->rank() == 0 ? pipeline::gpipe(p, 4) : pipeline::one_f_one_b(p, 4);
+  REQUIRE_THROWS_WITH(pipeline::Pipeline(comm, schedule, my_stages(p, p, comm->rank())),
+                      Contains("the ranks were given different schedules"));
+  // A rank given the wrong number of stage links.
+  std::vector<LinkPtr> stages = my_stages(p, p, comm->rank());
+  if (comm->rank() == p - 1) stages.push_back(stages[0]);
+  REQUIRE_THROWS_WITH(pipeline::Pipeline(comm, pipeline::gpipe(p, 2), stages),
+                      Contains("rank " + std::to_string(p - 1) + " holds 1 stage(s)"));
+}
