@@ -29,12 +29,12 @@ StandardUpdater::StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared
 Observation StandardUpdater::update() {
   const Example batch = iterator_->next();
   last_batch_size_ = batch.empty() ? 0 : batch[0].shape().empty() ? 1 : batch[0].shape()[0];
-  LossResult result;
-  optimizer_->update([&] {
-    result = loss_(batch);
-    TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
-    return result.loss;
-  });
+  // Optimizer::update(lossfun), with the backward left out when the loss function ran it.
+  optimizer_->target()->cleargrads();
+  const LossResult result = loss_(batch);
+  TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
+  if (!result.backward_done) result.loss.backward();
+  optimizer_->update();
   if (iterator_->is_new_epoch()) optimizer_->new_epoch();
   ++iteration_;
   Observation observation;

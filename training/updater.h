@@ -21,6 +21,9 @@ using Observation = std::map<std::string, double>;
 struct LossResult {
   Variable loss;
   Observation observation;  // reported under "main/<name>"; "loss" is added automatically
+  // The loss function has already run backward itself (a pipeline step runs each microbatch's
+  // backward when its schedule says): the updater only updates. loss is then the value to report.
+  bool backward_done = false;
 };
 
 // Computes the loss of one batch (the fields of the batch as the iterator stacked them).

@@ -1,6 +1,7 @@
 #include "comm/pipeline/pipeline.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -169,12 +170,18 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
   examples_ = -1;
   try {
     if (batch != nullptr && !batch->empty()) {
-      split = split_batch(*batch, schedule_.microbatches, options_.input_fields);
+      // Evaluation splits a short batch (the last of an epoch) into fewer microbatches.
+      int count = schedule_.microbatches;
+      if (!training && batch->at(0).defined() && batch->at(0).dim() >= 1)
+        count = static_cast<int>(std::min<std::int64_t>(count, batch->at(0).shape()[0]));
+      split = split_batch(*batch, count, options_.input_fields);
       given = &split;
     }
+    evaluation_microbatches_ = schedule_.microbatches;
     if (given != nullptr && !given->empty()) {
-      TANDEM_CHECK(static_cast<int>(given->size()) == schedule_.microbatches, "pipeline: ", given->size(),
-                   " microbatches given to ", schedule_.describe());
+      TANDEM_CHECK(static_cast<int>(given->size()) == schedule_.microbatches || !training, "pipeline: ",
+                   given->size(), " microbatches given to ", schedule_.describe());
+      evaluation_microbatches_ = static_cast<int>(given->size());
       examples_ = 0;
       for (const Microbatch& mb : *given) {
         TANDEM_CHECK(mb.examples >= 1, "pipeline: every microbatch needs at least one example (its weight in the mean "
@@ -229,7 +236,7 @@ void Pipeline::run_actions(bool training) {
   // runs (microbatch, stage) in the same increasing order, so every receive's sender comes first.
   NoGradGuard no_grad;
   TrainModeGuard eval_mode(false);
-  for (int m = 0; m < schedule_.microbatches; ++m)
+  for (int m = 0; m < evaluation_microbatches_; ++m)
     for (int s : stage_ids_) timed(pipeline::forward(s, m), [&] { run_forward(s, m, false); });
 }
 

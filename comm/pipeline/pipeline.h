@@ -116,7 +116,10 @@ class Pipeline : public Link {
   StepResult step(const std::vector<Tensor>& batch);
   // A step over microbatches the caller made (e.g. grouped by sequence length).
   StepResult step(const std::vector<Microbatch>& microbatches);
-  // Forward only, microbatched, without a graph and outside training mode (evaluation).
+  // Forward only, microbatched, without a graph and outside training mode (evaluation), in any
+  // number of microbatches: a batch of fewer examples than the schedule's microbatches (the last
+  // of an epoch) goes in one microbatch per example. A rank that passes no batch runs the
+  // schedule's count, so pass the batch on every rank when the last one may be short.
   StepResult evaluate(const std::vector<Tensor>& batch);
   StepResult evaluate(const std::vector<Microbatch>& microbatches);
 
@@ -166,6 +169,7 @@ class Pipeline : public Link {
   double loss_sum_ = 0;
   StepObservation observation_sum_;
   std::string current_action_;
+  int evaluation_microbatches_ = 0;
 };
 
 }  // namespace pipeline

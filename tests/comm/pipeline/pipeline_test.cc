@@ -10,7 +10,12 @@
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
+#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
+#include "comm/pipeline/pipeline_training.h"
+#include "data/iterator.h"
+#include "data/tuple_dataset.h"
 #include "layers/links/linear.h"
 #include "layers/links/n_step_lstm.h"
 #include "layers/optimizers/sgd.h"
@@ -392,4 +397,82 @@ TEST_CASE("pipeline: schedules that do not fit are errors on every rank before a
   if (comm->rank() == p - 1) stages.push_back(stages[0]);
   REQUIRE_THROWS_WITH(pipeline::Pipeline(comm, pipeline::gpipe(p, 2), stages),
                       Contains("rank " + std::to_string(p - 1) + " holds 1 stage(s)"));
+}
+
+TEST_CASE("pipeline x data parallelism: the layout's pipelines with averaged gradients equal one process") {
+  const CommunicatorPtr comm = world();
+  // 4 ranks: 2 pipelines of 2; 2 ranks: 2 pipelines of 1 rank holding both stages (through
+  // memory); 3 ranks: 3 pipelines of 1.
+  const int data_parallel = comm->size() % 2 == 0 ? 2 : comm->size();
+  const pipeline::PipelineLayout layout = pipeline::make_pipeline_layout(comm, data_parallel);
+  const int p = layout.stage_ranks;
+  REQUIRE(layout.pipeline->size() == p);
+  REQUIRE(layout.data->size() == data_parallel);
+  const int v = p == 1 ? 2 : 1;  // a pipeline of one rank holds two stages
+  const int stages = p * v;
+  const pipeline::Schedule schedule =
+      v == 1 ? pipeline::one_f_one_b(p, 3) : pipeline::interleaved_1f1b(p, v, 3);
+  auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule,
+                                                   my_stages(stages, p, layout.stage_rank));
+  auto opt = create_multi_node_optimizer(std::make_shared<SGD>(0.5), layout.data);
+  opt->setup(pipe);
+  Reference ref(stages);
+  auto whole = std::make_shared<ChainList>();
+  for (auto& l : ref.links) whole->append(l);
+  SGD ref_opt(0.5);
+  ref_opt.setup(whole);
+  const std::int64_t share = 7;
+  for (int step = 0; step < 2; ++step) {
+    // The whole batch; each pipeline takes its own share of it.
+    const std::vector<Tensor> batch = make_batch(share * data_parallel, 31 + step);
+    std::vector<Tensor> mine;
+    for (const Tensor& field : batch)
+      mine.push_back(field.slice_rows(share * layout.pipeline_index, share * (layout.pipeline_index + 1)));
+    pipe->cleargrads();
+    pipe->step(mine);
+    opt->update();
+    whole->cleargrads();
+    ref.loss_and_backward(batch);
+    ref_opt.update();
+  }
+  require_same_params(*pipe, ref, false);
+}
+
+TEST_CASE("pipeline updater and evaluator: the Trainer's steps equal one process, reported on every rank") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  const std::vector<Tensor> data = make_batch(40, 17);
+  auto dataset = std::make_shared<TupleDataset>(data);
+  auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::one_f_one_b(p, p), my_stages(p, p, comm->rank()));
+  auto opt = std::make_shared<SGD>(0.3);
+  opt->setup(pipe);
+  // Every rank iterates the same batches (same seed).
+  auto updater = pipeline::create_pipeline_updater(std::make_shared<SerialIterator>(dataset, 10, true, true, 5), opt,
+                                                   pipe);
+  Reference ref(p);
+  auto whole = std::make_shared<ChainList>();
+  for (auto& l : ref.links) whole->append(l);
+  SGD ref_opt(0.3);
+  ref_opt.setup(whole);
+  SerialIterator ref_iter(dataset, 10, true, true, 5);
+  for (int i = 0; i < 3; ++i) {
+    const Observation observed = updater->update();
+    whole->cleargrads();
+    const double loss = ref.loss_and_backward(ref_iter.next());
+    ref_opt.update();
+    REQUIRE(observed.count("main/loss") == 1);
+    REQUIRE(std::abs(observed.at("main/loss") - loss) <= 1e-12);
+  }
+  require_same_params(*pipe, ref, false);
+  // The evaluator over 40 examples in batches of 15 (the last has 10): the mean loss of the model.
+  auto evaluator = pipeline::create_pipeline_evaluator(std::make_shared<SerialIterator>(dataset, 15, false, false), pipe);
+  const Observation metrics = evaluator->evaluate();
+  double want;
+  {
+    NoGradGuard no_grad;
+    Variable h(data[0]);
+    for (int s = 0; s + 1 < p; ++s) h = ref.links[static_cast<std::size_t>(s)]->forward_many({h})[0];
+    want = ref.links.back()->forward_many({h, Variable(data[1])})[0].data().item();
+  }
+  REQUIRE(std::abs(metrics.at("loss") - want) <= 1e-12);
 }
