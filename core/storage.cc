@@ -1,11 +1,20 @@
 #include "core/storage.h"
 
+#include <atomic>
+
 #include "core/backend.h"
 
 namespace tandem {
 
 namespace {
 PinnedHostAllocator pinned_allocator;
+// Live bytes on the host [0] and on the GPUs [1]: one relaxed atomic add per allocation.
+std::atomic<std::int64_t> live_bytes[2];
+int live_index(const Device& device) { return device.is_cuda() ? 1 : 0; }
+}  // namespace
+
+std::int64_t live_storage_bytes(const Device& device) {
+  return live_bytes[live_index(device)].load(std::memory_order_relaxed);
 }
 
 void register_pinned_host_allocator(const PinnedHostAllocator& allocator) { pinned_allocator = allocator; }
@@ -13,6 +22,7 @@ void register_pinned_host_allocator(const PinnedHostAllocator& allocator) { pinn
 Storage::Storage(std::size_t nbytes, Device device)
     : nbytes_(nbytes), device_(device), backend_(&backend_for(device, "allocate")) {
   data_ = backend_->allocate(nbytes, device.index());
+  live_bytes[live_index(device_)].fetch_add(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
 }
 
 Storage::Storage(std::size_t nbytes, PinnedHost) : nbytes_(nbytes), device_(Device::cpu()) {
@@ -22,9 +32,11 @@ Storage::Storage(std::size_t nbytes, PinnedHost) : nbytes_(nbytes), device_(Devi
     backend_ = &backend_for(device_, "allocate");
     data_ = backend_->allocate(nbytes, 0);
   }
+  live_bytes[0].fetch_add(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
 }
 
 Storage::~Storage() {
+  live_bytes[live_index(device_)].fetch_sub(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
   if (pinned_) pinned_allocator.deallocate(data_);
   else backend_->deallocate(data_, nbytes_, device_.index());
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "core/device.h"
@@ -19,6 +20,11 @@ struct PinnedHostAllocator {
   void (*deallocate)(void* ptr) noexcept = nullptr;
 };
 void register_pinned_host_allocator(const PinnedHostAllocator& allocator);
+
+// Bytes of the storages alive now on the host (device.is_cpu(), pinned included) or on the GPUs
+// (all of them together): what tensors hold, not what allocators keep cached. The pipeline's
+// profile reads it to measure the memory a microbatch keeps from forward to backward.
+std::int64_t live_storage_bytes(const Device& device);
 
 class Storage {
  public:

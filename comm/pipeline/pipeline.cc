@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/random.h"
+#include "core/storage.h"
 
 namespace tandem {
 namespace pipeline {
@@ -217,11 +218,16 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
 void Pipeline::run_actions(bool training) {
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const Device device = stages_.begin()->second->device();
+  const std::int64_t base_bytes = live_storage_bytes(device);
   const auto timed = [&](const Action& action, auto&& body) {
     current_action_ = action.describe();
+    compute_s_ = 0;
     const double begin = seconds();
     body();
     profile_.actions.push_back(TimedAction{action, begin, seconds()});
+    profile_.compute_s.push_back(compute_s_);
+    profile_.peak_bytes = std::max(profile_.peak_bytes, live_storage_bytes(device) - base_bytes);
   };
   if (training) {
     for (const Action& action : schedule_.actions[static_cast<std::size_t>(comm_->rank())]) {
@@ -318,10 +324,30 @@ void Pipeline::deliver(int from_stage, int to_stage, int microbatch, const std::
       detail::send_tensors(*comm_, tensors, takes_gradient, to, tag, microbatch, gradients);
 }
 
+namespace {
+
+// Adds the seconds from its construction to its destruction to `total`.
+class ComputeTimer {
+ public:
+  explicit ComputeTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~ComputeTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  ComputeTimer(const ComputeTimer&) = delete;
+  ComputeTimer& operator=(const ComputeTimer&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
 void Pipeline::run_forward(int stage, int microbatch, bool training) {
   const bool last = stage == schedule_.stages - 1;
+  const Device device = this->stage(stage)->device();
+  const std::int64_t bytes_before = live_storage_bytes(device);
   auto slot = std::make_shared<Slot>();
   Variables inputs = stage_inputs(stage, microbatch, training);
+  ComputeTimer timer(compute_s_);
   if (training && options_.recompute) {
     for (const Variable& x : inputs) {
       slot->saved_inputs.push_back(x.data());
@@ -352,8 +378,13 @@ void Pipeline::run_forward(int stage, int microbatch, bool training) {
   if (!options_.recompute) {
     slot->inputs = std::move(inputs);
     slot->outputs = std::move(outputs);
+  } else {
+    inputs.clear();
+    outputs.clear();
   }
   slots_[{stage, microbatch}] = slot;
+  std::int64_t& stored = profile_.stored_bytes[stage];
+  stored = std::max(stored, live_storage_bytes(device) - bytes_before);
 }
 
 std::vector<Tensor> Pipeline::take_gradients(int stage, int microbatch, std::size_t expected) {
@@ -393,6 +424,7 @@ void Pipeline::run_backward(int stage, int microbatch) {
   slots_.erase(it);
   Variables inputs = std::move(slot->inputs);
   Variables outputs = std::move(slot->outputs);
+  std::optional<ComputeTimer> timer(std::in_place, compute_s_);
   if (options_.recompute) {
     // The forward again, from the same inputs and the same random state (dropout's masks).
     for (std::size_t i = 0; i < slot->saved_inputs.size(); ++i)
@@ -414,7 +446,9 @@ void Pipeline::run_backward(int stage, int microbatch) {
     Variables roots;
     for (const Variable& y : outputs)
       if (y.requires_grad()) roots.push_back(y);
+    timer.reset();  // the wait for the gradient is not computation
     std::vector<Tensor> grads = take_gradients(stage, microbatch, roots.size());
+    timer.emplace(compute_s_);
     for (std::size_t i = 0; i < roots.size(); ++i) {
       TANDEM_CHECK(grads[i].dtype() == roots[i].dtype() && grads[i].shape() == roots[i].shape(), "stage ", stage + 1,
                    " sent a gradient ", grads[i].description(), " for output ", i, " of stage ", stage, ", which is ",

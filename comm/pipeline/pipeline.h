@@ -93,13 +93,18 @@ struct StepResult {
   std::int64_t examples = 0;
 };
 
-// What the last step did on this rank, for profiling and for checking the simulator: each action
-// with its start and end (seconds from the start of the step) and the bytes of each stage's
-// outputs (the activations it sent) per microbatch.
+// What the last step did on this rank, for profiling and for checking the simulator (profile.h):
+// each action with its start and end (seconds from the start of the step, waits for messages
+// included), the time the stage computed in it (waits left out), and per stage the bytes of its
+// outputs and of what a microbatch keeps from its forward to its backward (both the largest over
+// microbatches), and the most bytes alive above the step's start after any action.
 struct StepProfile {
   std::vector<TimedAction> actions;
-  std::map<int, std::int64_t> output_bytes;  // by stage: the largest microbatch's outputs
-  double step_s = 0;                           // this rank's part, to the end of the exchange
+  std::vector<double> compute_s;              // per action
+  std::map<int, std::int64_t> output_bytes;   // by stage
+  std::map<int, std::int64_t> stored_bytes;   // by stage
+  std::int64_t peak_bytes = 0;
+  double step_s = 0;  // this rank's step, to the end of the exchange
 };
 
 class Pipeline : public Link {
@@ -130,6 +135,7 @@ class Pipeline : public Link {
   const LinkPtr& stage(int stage_id) const;
   bool holds_stage(int stage_id) const;
   const StepProfile& last_profile() const { return profile_; }
+  bool recompute() const { return options_.recompute; }
 
  private:
   struct Slot;
@@ -169,6 +175,7 @@ class Pipeline : public Link {
   double loss_sum_ = 0;
   StepObservation observation_sum_;
   std::string current_action_;
+  double compute_s_ = 0;  // of the current action
   int evaluation_microbatches_ = 0;
 };
 

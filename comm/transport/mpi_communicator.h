@@ -128,6 +128,11 @@ class MpiCommunicator : public Communicator {
     // In a collective's data phase: its sequence number (a peer that has moved on to a later
     // collective has given this one up). -1 elsewhere.
     std::int64_t data_phase = -1;
+    // Waiting for the payload of a point-to-point message whose header has arrived: the sender
+    // has posted it, so it completes as the sender goes on making MPI calls, in a collective too
+    // (the sender may have sent it with isend and moved on). Only the sender's end or failure
+    // can stop it.
+    bool payload = false;
   };
   // Buffers an MPI request reads or writes: kept alive until the request completes.
   using KeepAlive = std::vector<std::shared_ptr<const void>>;

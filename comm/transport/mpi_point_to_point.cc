@@ -123,7 +123,9 @@ void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, std::
     const int count = static_cast<int>(std::min(kChunkBytes, size - offset));
     check_mpi(MPI_Irecv(bytes + offset, count, MPI_BYTE, source, tag, comm_, &requests.back()), "MPI_Irecv");
   }
-  wait_all(requests, context, {std::move(owner)});
+  WaitContext payload_context = context;
+  payload_context.payload = true;
+  wait_all(requests, payload_context, {std::move(owner)});
 }
 
 void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) {

@@ -211,7 +211,7 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
                 never_received(*comm_detail::finished_report(world_rank_of_[peer]), world_rank_of_[peer]));
   }
   check_failed_peers();
-  if (context.in_collective) return;
+  if (context.in_collective || context.payload) return;
   // Has the peer entered a collective this rank has not?
   if (const Header* entered = early_collective_header(peer)) {
     TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer, ", but rank ", peer,

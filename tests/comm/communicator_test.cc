@@ -1224,6 +1224,28 @@ TEST_CASE("isend: waiting for a send to a peer in a collective fails at once; th
   comm.barrier();
 }
 
+TEST_CASE("isend: a receiver waiting for the payload of a message isent before the sender entered a collective") {
+  // The header is small and arrives at once; the 64 MB payload (MPI's rendezvous) flows while
+  // the sender waits in the barrier. The receiver must wait for it, not take the sender's
+  // collective for a deadlock (the pipeline's ranks isend activations and then exchange).
+  Communicator& comm = world();
+  const int rank = comm.rank();
+  comm.barrier();
+  for (int round = 0; round < 3; ++round) {
+    if (rank == 1) {
+      comm.isend(make({8000000}, DType::f64, 90 + round), 0, 15);
+      comm.barrier();
+      comm.wait_sends();
+    } else if (rank == 0) {
+      check_made(comm.recv(1, 15), {8000000}, DType::f64, 90 + round);
+      comm.barrier();
+    } else {
+      comm.barrier();
+    }
+  }
+  comm.barrier();
+}
+
 TEST_CASE("stress: 200 alternating messages of random sizes between ranks 0 and 1") {
   // A fresh communicator, so that every (sender, tag) stream's sequence numbers start at 0.
   CommunicatorPtr fresh = create_communicator("naive");

@@ -1,0 +1,117 @@
+#include "comm/pipeline/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace pipeline {
+
+using Json = nlohmann::json;
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+Tensor text_tensor(const std::string& text) {
+  Tensor bytes({static_cast<std::int64_t>(text.size())}, DType::boolean);
+  if (!text.empty()) std::memcpy(bytes.raw_data(), text.data(), text.size());
+  return bytes;
+}
+
+}  // namespace
+
+MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
+  const StepProfile& profile = pipe.last_profile();
+  Json mine = {{"step_s", profile.step_s}, {"peak_bytes", profile.peak_bytes}, {"stages", Json::array()}};
+  for (int s : pipe.stage_ids()) {
+    std::vector<double> forwards, backwards;
+    for (std::size_t i = 0; i < profile.actions.size(); ++i) {
+      if (profile.actions[i].action.stage != s) continue;
+      (profile.actions[i].action.kind == ActionKind::forward ? forwards : backwards).push_back(profile.compute_s[i]);
+    }
+    const auto bytes = [s](const std::map<int, std::int64_t>& m) {
+      auto it = m.find(s);
+      return it == m.end() ? std::int64_t{0} : it->second;
+    };
+    mine["stages"].push_back({{"stage", s},
+                              {"forwards", forwards.size()},
+                              {"backwards", backwards.size()},
+                              {"forward_s", median(forwards)},
+                              {"backward_s", median(backwards)},
+                              {"activation_bytes", bytes(profile.output_bytes)},
+                              {"stored_bytes", bytes(profile.stored_bytes)}});
+  }
+  Communicator& comm = pipe.communicator();
+  const Schedule& schedule = pipe.schedule();
+  MeasuredStep out;
+  out.options.link = link;
+  out.options.stage_costs.assign(static_cast<std::size_t>(schedule.stages), StageCost{});
+  for (const Tensor& t : comm.allgather(text_tensor(mine.dump()))) {
+    const Tensor host = t.to(Device::cpu());
+    const Json rank = Json::parse(std::string(static_cast<const char*>(host.raw_data()), host.nbytes()));
+    out.step_s = std::max(out.step_s, rank["step_s"].get<double>());
+    out.peak_bytes.push_back(rank["peak_bytes"]);
+    for (const Json& st : rank["stages"]) {
+      const int s = st["stage"];
+      TANDEM_CHECK(st["forwards"].get<int>() > 0 && st["backwards"].get<int>() > 0, "measure_last_step: stage ", s,
+                   " ran ", st["forwards"].get<int>(), " forward(s) and ", st["backwards"].get<int>(),
+                   " backward(s) in the last step: measure after a training step");
+      StageCost& cost = out.options.stage_costs[static_cast<std::size_t>(s)];
+      cost.forward_s = st["forward_s"];
+      cost.backward_s = st["backward_s"];
+      // Recompute: the measured backward ran the forward again; the simulator adds it itself.
+      if (pipe.recompute()) cost.backward_s = std::max(1e-9, cost.backward_s - cost.forward_s);
+      cost.forward_s = std::max(1e-9, cost.forward_s);
+      cost.backward_s = std::max(1e-9, cost.backward_s);
+      cost.activation_bytes = st["activation_bytes"];
+      cost.stored_bytes = st["stored_bytes"];
+    }
+  }
+  out.options.recompute = pipe.recompute();
+  return out;
+}
+
+LinkModel measure_link(Communicator& comm, std::int64_t bytes, int repeats) {
+  double result[2] = {0, 0};  // latency_s, bandwidth_bytes_per_s
+  if (comm.size() >= 2 && comm.rank() <= 1) {
+    const int peer = 1 - comm.rank();
+    const auto round_trips = [&](std::int64_t n) {
+      const Tensor message = zeros({std::max<std::int64_t>(1, n / 4)}, DType::f32);
+      std::vector<double> times;
+      for (int i = 0; i < repeats + 2; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        if (comm.rank() == 0) {
+          comm.send(message, peer, 0);
+          comm.recv(peer, 0);
+        } else {
+          comm.recv(peer, 0);
+          comm.send(message, peer, 0);
+        }
+        if (i >= 2) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      return median(times);
+    };
+    const double small = round_trips(8), large = round_trips(bytes);
+    result[0] = small / 2;
+    const double transfer = (large - small) / 2;
+    result[1] = transfer > 0 ? static_cast<double>(bytes) / transfer : 0;
+  }
+  const Tensor shared = comm.bcast(from_vector(std::vector<double>{result[0], result[1]}, {2}), 0);
+  LinkModel link;
+  link.latency_s = shared.data<double>()[0];
+  link.bandwidth_bytes_per_s = shared.data<double>()[1];
+  return link;
+}
+
+}  // namespace pipeline
+}  // namespace tandem

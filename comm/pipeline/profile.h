@@ -1,0 +1,41 @@
+// The simulator's inputs measured on a real model (the issue's --profile): after a step of a
+// Pipeline, the compute time of each stage's forward and backward per microbatch, the bytes of
+// its outputs and of what a microbatch keeps from forward to backward, gathered from every rank;
+// and the link's latency and bandwidth, measured by a ping-pong through the communicator (its
+// headers and checks included). simulate() on these predicts the step the user's model takes,
+// which the benchmarks set beside the measured step (bench/pipeline_bench.cc).
+//
+//   pipe->step(batch);                                          // warm, then one measured step
+//   LinkModel link = measure_link(*world, bytes_of_one_activation);
+//   MeasuredStep measured = measure_last_step(*pipe, link);    // collective over the pipeline
+//   SimulationResult predicted = simulate(pipe->schedule(), measured.options);
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/pipeline/pipeline.h"
+#include "comm/pipeline/simulator.h"
+
+namespace tandem {
+namespace pipeline {
+
+struct MeasuredStep {
+  SimulationOptions options;            // per stage costs (medians over microbatches), the link
+  double step_s = 0;                    // the slowest rank's last step, its final exchange included
+  std::vector<std::int64_t> peak_bytes;  // per rank: the most bytes alive above the step's start
+};
+
+// Collective over pipe's ranks: what every rank's last_profile() says, in stage order, with
+// `link`. With recompute the backward's time is given without the forward it recomputes (the
+// simulator adds it back). Error: a stage that ran no forward or backward in the last step (run
+// a training step first).
+MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link);
+
+// Collective over comm: ranks 0 and 1 bounce messages of 8 bytes and of `bytes` `repeats` times;
+// latency = half the small round trip, bandwidth from the difference; every rank gets the result.
+// One rank: a free link.
+LinkModel measure_link(Communicator& comm, std::int64_t bytes, int repeats = 20);
+
+}  // namespace pipeline
+}  // namespace tandem
