@@ -7,6 +7,8 @@
 //                                 ChainerMN's model parallelism).
 //   pp.mlp.train.single.t<T>      the same model and batch in one process, T = 1, 2 threads
 //                                 (run with 1 rank; bench.sh runs both).
+//   pp.mlp.train.single.t1.m<M>   one process, 1 thread, the batch in M = 2, 8 microbatches whose
+//                                 gradients accumulate: what small microbatches cost by themselves.
 // A step is cleargrads + Pipeline::step + SGD update. As mlp_parallel_bench: a barrier before
 // every step, the step's time is the max over ranks, warm-up then timed steps, median. Each
 // pipeline line also carries the simulator's prediction from the costs measured on its own last
@@ -108,6 +110,27 @@ void single(int threads, const Data& data) {
   std::fflush(stdout);
 }
 
+// The one-process step with the batch in `microbatches` parts whose gradients accumulate (a
+// pipeline of one rank and one stage): what small microbatches cost without any pipeline.
+void accumulated(const CommunicatorPtr& comm, int microbatches, const Data& data) {
+  bench::set_threads(1);
+  auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::gpipe(1, microbatches),
+                                                   std::vector<LinkPtr>{std::make_shared<Layers>(0, HIDDEN + 1)});
+  SGD opt(0.01);
+  opt.setup(pipe);
+  int i = 0;
+  const bench::Stats s = bench::measure(warmup(), iters(), [&] {
+    pipe->cleargrads();
+    pipe->step({data.x[i % 4], data.t[i % 4]});
+    opt.update();
+    ++i;
+  });
+  bench::print_stats("pp.mlp.train.single.t1.m" + std::to_string(microbatches), bench::threads_tag(1) + " batch=256",
+                     s);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 void pipelined(const CommunicatorPtr& comm, const std::string& name, int microbatches, const Data& data) {
   const int ranks = comm->size();
   const int v = name == "interleaved" ? 2 : 1;
@@ -164,6 +187,7 @@ int main() {
   const std::string only = only_env ? only_env : "";
   if (comm->size() == 1) {
     for (int threads : bench::thread_list()) single(threads, data);
+    for (int m : {2, 8}) accumulated(comm, m, data);
     return 0;
   }
   bench::set_threads(1);

@@ -165,6 +165,7 @@ void Pipeline::reset_step_state() {
 StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector<Tensor>* batch, bool training) {
   reset_step_state();
   const auto start = std::chrono::steady_clock::now();
+  profile_.start_clock_s = std::chrono::duration<double>(start.time_since_epoch()).count();
   std::vector<Microbatch> split;
   std::string failure;
   bool primary = false;
@@ -192,7 +193,7 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
     }
     static const std::vector<Microbatch> none;
     microbatches_ = given != nullptr ? given : &none;
-    run_actions(training);
+    run_actions(training, start);
   } catch (const detail::PipelineAbort& abort) {
     failure = abort.failure;
   } catch (const std::exception& e) {
@@ -215,8 +216,7 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
   return result;
 }
 
-void Pipeline::run_actions(bool training) {
-  const auto start = std::chrono::steady_clock::now();
+void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point start) {
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const Device device = stages_.begin()->second->device();
   const std::int64_t base_bytes = live_storage_bytes(device);

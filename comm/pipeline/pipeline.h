@@ -49,6 +49,7 @@
 // failure check above.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -104,7 +105,8 @@ struct StepProfile {
   std::map<int, std::int64_t> output_bytes;   // by stage
   std::map<int, std::int64_t> stored_bytes;   // by stage
   std::int64_t peak_bytes = 0;
-  double step_s = 0;  // this rank's step, to the end of the exchange
+  double step_s = 0;         // this rank's step, to the end of the exchange
+  double start_clock_s = 0;  // when it started, on std::chrono::steady_clock (one clock per host)
 };
 
 class Pipeline : public Link {
@@ -143,7 +145,7 @@ class Pipeline : public Link {
     int peer, tag;
   };
   StepResult run(const std::vector<Microbatch>* given, const std::vector<Tensor>* batch, bool training);
-  void run_actions(bool training);
+  void run_actions(bool training, std::chrono::steady_clock::time_point start);
   void run_forward(int stage, int microbatch, bool training);
   void run_backward(int stage, int microbatch);
   Variables stage_inputs(int stage, int microbatch, bool training);

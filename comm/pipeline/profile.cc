@@ -81,6 +81,42 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
   return out;
 }
 
+SimulationResult measured_result(const Pipeline& pipe) {
+  const StepProfile& profile = pipe.last_profile();
+  Json mine = {{"start", profile.start_clock_s}, {"actions", Json::array()}};
+  for (std::size_t i = 0; i < profile.actions.size(); ++i) {
+    const TimedAction& a = profile.actions[i];
+    mine["actions"].push_back({a.action.kind == ActionKind::forward ? 0 : 1, a.action.stage, a.action.microbatch,
+                               a.start_s, a.end_s, profile.compute_s[i]});
+  }
+  std::vector<Json> all;
+  for (const Tensor& t : pipe.communicator().allgather(text_tensor(mine.dump()))) {
+    const Tensor host = t.to(Device::cpu());
+    all.push_back(Json::parse(std::string(static_cast<const char*>(host.raw_data()), host.nbytes())));
+  }
+  double origin = all[0]["start"];
+  for (const Json& rank : all) origin = std::min(origin, rank["start"].get<double>());
+  SimulationResult result;
+  double busy = 0;
+  for (const Json& rank : all) {
+    RankResult r;
+    const double offset = rank["start"].get<double>() - origin;
+    for (const Json& a : rank["actions"]) {
+      const Action action{a[0].get<int>() == 0 ? ActionKind::forward : ActionKind::backward, a[1].get<int>(),
+                          a[2].get<int>()};
+      r.actions.push_back(TimedAction{action, offset + a[3].get<double>(), offset + a[4].get<double>()});
+      r.busy_s += a[5].get<double>();
+    }
+    r.end_s = r.actions.empty() ? offset : r.actions.back().end_s;
+    result.step_s = std::max(result.step_s, r.end_s);
+    busy += r.busy_s;
+    result.ranks.push_back(std::move(r));
+  }
+  if (result.step_s > 0)
+    result.bubble_fraction = 1 - busy / (static_cast<double>(result.ranks.size()) * result.step_s);
+  return result;
+}
+
 LinkModel measure_link(Communicator& comm, std::int64_t bytes, int repeats) {
   double result[2] = {0, 0};  // latency_s, bandwidth_bytes_per_s
   if (comm.size() >= 2 && comm.rank() <= 1) {

@@ -32,6 +32,14 @@ struct MeasuredStep {
 // a training step first).
 MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link);
 
+// Collective over pipe's ranks: the last step as it ran, in the simulator's terms, so that the
+// timeline, summary and Chrome trace of report.h show the real run beside the prediction. Each
+// action spans its wall time (waits for its input included); busy_s counts the stages' compute
+// only (profile.compute_s), so bubble_fraction is the share of the ranks' time not computing.
+// Times are aligned on the earliest rank's start: steady_clock is one clock per host, so on
+// several hosts the ranks' rows are each right but their offsets are not.
+SimulationResult measured_result(const Pipeline& pipe);
+
 // Collective over comm: ranks 0 and 1 bounce messages of 8 bytes and of `bytes` `repeats` times;
 // latency = half the small round trip, bandwidth from the difference; every rank gets the result.
 // One rank: a free link.

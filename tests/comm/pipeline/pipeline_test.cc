@@ -14,6 +14,7 @@
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/pipeline_training.h"
+#include "comm/pipeline/profile.h"
 #include "data/iterator.h"
 #include "data/tuple_dataset.h"
 #include "layers/links/linear.h"
@@ -475,4 +476,46 @@ TEST_CASE("pipeline updater and evaluator: the Trainer's steps equal one process
     want = ref.links.back()->forward_many({h, Variable(data[1])})[0].data().item();
   }
   REQUIRE(std::abs(metrics.at("loss") - want) <= 1e-12);
+}
+
+TEST_CASE("profile: measured costs and timeline of a real step; 1F1B keeps less alive than GPipe") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  const int m = 4 * p;
+  std::int64_t peak[2];
+  for (int which = 0; which < 2; ++which) {
+    const pipeline::Schedule schedule = which == 0 ? pipeline::gpipe(p, m) : pipeline::one_f_one_b(p, m);
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm, schedule, my_stages(p, p, comm->rank()));
+    pipe->step(make_batch(8 * m, 3));
+    const pipeline::StepProfile& profile = pipe->last_profile();
+    REQUIRE(profile.actions.size() == static_cast<std::size_t>(2 * m));
+    REQUIRE(profile.compute_s.size() == profile.actions.size());
+    peak[which] = profile.peak_bytes;
+
+    const pipeline::MeasuredStep measured = pipeline::measure_last_step(*pipe, pipeline::LinkModel{});
+    REQUIRE(measured.options.stage_costs.size() == static_cast<std::size_t>(p));
+    REQUIRE(measured.peak_bytes.size() == static_cast<std::size_t>(p));
+    for (int s = 0; s < p; ++s) {
+      const pipeline::StageCost& cost = measured.options.stage_costs[static_cast<std::size_t>(s)];
+      CHECK(cost.forward_s > 0);
+      CHECK(cost.backward_s > 0);
+      CHECK(cost.stored_bytes > 0);
+      // 8 examples of kWidth doubles (the last stage sends nothing).
+      CHECK(cost.activation_bytes == (s + 1 < p ? 8 * kWidth * 8 : 0));
+    }
+    // The simulator runs on what was measured.
+    const pipeline::SimulationResult predicted = pipeline::simulate(schedule, measured.options);
+    CHECK(predicted.step_s > 0);
+
+    const pipeline::SimulationResult real = pipeline::measured_result(*pipe);
+    REQUIRE(real.ranks.size() == static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) {
+      REQUIRE(real.ranks[static_cast<std::size_t>(r)].actions.size() == schedule.actions[static_cast<std::size_t>(r)].size());
+      for (std::size_t i = 0; i < schedule.actions[static_cast<std::size_t>(r)].size(); ++i)
+        CHECK(real.ranks[static_cast<std::size_t>(r)].actions[i].action == schedule.actions[static_cast<std::size_t>(r)][i]);
+    }
+    CHECK(real.step_s > 0);
+  }
+  // Rank 0 keeps all 4P microbatches under GPipe, at most P under 1F1B.
+  if (comm->rank() == 0) CHECK(peak[0] > 2 * peak[1]);
 }
