@@ -11,8 +11,9 @@
 //                                 gradients accumulate: what small microbatches cost by themselves.
 // A step is cleargrads + Pipeline::step + SGD update. As mlp_parallel_bench: a barrier before
 // every step, the step's time is the max over ranks, warm-up then timed steps, median. Each
-// pipeline line also carries the simulator's prediction from the costs measured on its own last
-// step (comm/pipeline/profile.h: per-stage compute times and bytes, the link measured by a
+// pipeline line also carries Pipeline::step's own time (pipeline_ms, the step without the
+// optimizer's update) and beside it the simulator's prediction from the costs measured on its
+// own last step (comm/pipeline/profile.h: per-stage compute times and bytes, the link measured by a
 // ping-pong of one activation): predicted_ms, the predicted bubble, and per rank the most
 // tensor bytes alive during the step (peak_mb_r<r>): 1F1B keeps fewer microbatches than GPipe.
 //
@@ -142,7 +143,7 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
   auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, ranks, v, microbatches), mine);
   SGD opt(0.01);
   opt.setup(pipe);
-  std::vector<double> times;
+  std::vector<double> times, pipe_times;  // the whole step; Pipeline::step alone
   double loss = 0;
   for (int i = 0; i < warmup() + iters(); ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -151,10 +152,15 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
     loss = pipe->step({data.x[i % 4], data.t[i % 4]}).loss;
     opt.update();
     const double dt = (MPI_Wtime() - t0) * 1e3;
-    if (i >= warmup()) times.push_back(dt);
+    if (i >= warmup()) {
+      times.push_back(dt);
+      pipe_times.push_back(pipe->last_profile().step_s * 1e3);
+    }
   }
-  std::vector<double> tmax(times.size());
+  std::vector<double> tmax(times.size()), pipe_max(times.size());
   MPI_Reduce(times.data(), tmax.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(pipe_times.data(), pipe_max.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX, 0,
+             MPI_COMM_WORLD);
   // The simulator's prediction from this configuration's last step.
   std::int64_t activation = 0;
   const pipeline::StepProfile& profile = pipe->last_profile();
@@ -168,8 +174,10 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
   const bench::Stats s = bench::summarize(std::move(tmax));
   const std::string id = "pp.mlp.train." + name + ".m" + std::to_string(microbatches);
   bench::print_stats(id, bench::threads_tag(1) + " ranks=" + std::to_string(ranks) + " batch=256", s);
-  // The simulator models the schedule's actions; the step also has the update and the exchange.
-  std::printf(" predicted_ms=%.3f predicted_bubble=%.3f", predicted.step_s * 1e3, predicted.bubble_fraction);
+  // The simulator models the schedule's actions: compare it with Pipeline::step (pipeline_ms);
+  // the whole step adds the optimizer's update.
+  std::printf(" pipeline_ms=%.3f predicted_ms=%.3f predicted_bubble=%.3f", bench::summarize(pipe_max).median_ms,
+              predicted.step_s * 1e3, predicted.bubble_fraction);
   for (std::size_t r = 0; r < measured.peak_bytes.size(); ++r)
     std::printf(" peak_mb_r%zu=%.1f predicted_peak_mb_r%zu=%.1f", r, measured.peak_bytes[r] / 1e6, r,
                 predicted.ranks[r].peak_stored_bytes / 1e6);
