@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -115,6 +116,33 @@ SimulationResult measured_result(const Pipeline& pipe) {
   if (result.step_s > 0)
     result.bubble_fraction = 1 - busy / (static_cast<double>(result.ranks.size()) * result.step_s);
   return result;
+}
+
+std::string simulate_command(const Schedule& schedule, const SimulationOptions& measured) {
+  const auto list = [&](auto value) {
+    std::ostringstream out;
+    out.precision(4);
+    for (std::size_t s = 0; s < measured.stage_costs.size(); ++s)
+      out << (s ? "," : "") << value(measured.stage_costs[s]);
+    return out.str();
+  };
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const std::vector<std::string> built_in = schedule_names();
+  const bool known = std::find(built_in.begin(), built_in.end(), schedule.name) != built_in.end();
+  std::ostringstream cmd;
+  cmd.precision(4);
+  // The tool runs the built-in schedules; a schedule of one's own is shown as the closest.
+  if (!known) cmd << "# '" << schedule.name << "' is not built in; simulated here as 1f1b\n";
+  const std::string name = known ? schedule.name : schedule.stages > schedule.ranks ? "interleaved" : "1f1b";
+  cmd << "bazel run //comm/pipeline:simulate -- --schedule " << name << " --ranks " << schedule.ranks
+      << " --stages-per-rank " << schedule.stages / schedule.ranks << " --microbatches " << schedule.microbatches
+      << " --forward-ms " << list([](const StageCost& c) { return c.forward_s * 1e3; }) << " --backward-ms "
+      << list([](const StageCost& c) { return c.backward_s * 1e3; }) << " --activation-mb "
+      << list([&](const StageCost& c) { return c.activation_bytes / kMiB; }) << " --stored-mb "
+      << list([&](const StageCost& c) { return c.stored_bytes / kMiB; }) << " --latency-us "
+      << measured.link.latency_s * 1e6 << " --bandwidth-gbps " << measured.link.bandwidth_bytes_per_s / 1e9
+      << (measured.recompute ? " --recompute" : "");
+  return cmd.str();
 }
 
 LinkModel measure_link(Communicator& comm, std::int64_t bytes, int repeats) {

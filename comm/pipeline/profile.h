@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/pipeline/pipeline.h"
@@ -39,6 +40,11 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link);
 // Times are aligned on the earliest rank's start: steady_clock is one clock per host, so on
 // several hosts the ranks' rows are each right but their offsets are not.
 SimulationResult measured_result(const Pipeline& pipe);
+
+// The `bazel run //comm/pipeline:simulate -- ...` command line that simulates `schedule` with
+// the measured costs (per-stage lists, MiB = 2^20 bytes, GB/s): to plan other schedules and
+// microbatch counts for the same model, edit --schedule and --microbatches.
+std::string simulate_command(const Schedule& schedule, const SimulationOptions& measured);
 
 // Collective over comm: ranks 0 and 1 bounce messages of 8 bytes and of `bytes` `repeats` times;
 // latency = half the small round trip, bandwidth from the difference; every rank gets the result.

@@ -506,6 +506,10 @@ TEST_CASE("profile: measured costs and timeline of a real step; 1F1B keeps less 
     // The simulator runs on what was measured.
     const pipeline::SimulationResult predicted = pipeline::simulate(schedule, measured.options);
     CHECK(predicted.step_s > 0);
+    const std::string command = pipeline::simulate_command(schedule, measured.options);
+    CHECK_THAT(command, Contains("bazel run //comm/pipeline:simulate -- --schedule " +
+                                 std::string(which == 0 ? "gpipe" : "1f1b") + " --ranks " + std::to_string(p)) &&
+                            Contains(" --microbatches " + std::to_string(m) + " --forward-ms "));
 
     const pipeline::SimulationResult real = pipeline::measured_result(*pipe);
     REQUIRE(real.ranks.size() == static_cast<std::size_t>(p));
