@@ -133,6 +133,9 @@ class MpiCommunicator : public Communicator {
     // (the sender may have sent it with isend and moved on). Only the sender's end or failure
     // can stop it.
     bool payload = false;
+    // A point-to-point receive's tag (-1 elsewhere): the diagnosis looks for the wanted message
+    // once more after it has found the peer's collective header (see diagnose_wait).
+    int tag = -1;
   };
   // Buffers an MPI request reads or writes: kept alive until the request completes.
   using KeepAlive = std::vector<std::shared_ptr<const void>>;

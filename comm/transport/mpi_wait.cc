@@ -95,7 +95,11 @@ std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, co
       // before concluding.
       int again = 0;
       check_mpi(MPI_Iprobe(source, tag, comm_, &again, MPI_STATUS_IGNORE), "MPI_Iprobe");
-      if (!again) diagnose_wait(context, poller.waited());
+      if (!again) {
+        WaitContext receiving_context = context;
+        if (!context.in_collective) receiving_context.tag = tag;
+        diagnose_wait(receiving_context, poller.waited());
+      }
     }
   }
 }
@@ -214,6 +218,14 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
   if (context.in_collective || context.payload) return;
   // Has the peer entered a collective this rank has not?
   if (const Header* entered = early_collective_header(peer)) {
+    // What the peer sent before entering it arrives before its collective header (MPICH
+    // delivers one sender's messages on a communicator in order), but it may have arrived
+    // between this rank's last look and finding the header: look once more.
+    if (context.tag >= 0) {
+      int arrived = 0;
+      check_mpi(MPI_Iprobe(peer, context.tag, comm_, &arrived, MPI_STATUS_IGNORE), "MPI_Iprobe");
+      if (arrived) return;
+    }
     TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer, ", but rank ", peer,
                 " has entered ", entered->describe(), ", which rank ", rank_,
                 " has not: the ranks call communication operations in different orders (a certain deadlock)");
