@@ -14,21 +14,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 start=$SECONDS
 
 # run NAME RANKS [flags...]: output in $t/NAME.txt, results in $t/NAME/.
-# A known false "certain deadlock" diagnosis of the MPI transport (comm/transport/mpi_wait.cc:
-# a message isend'd right before the peer enters a collective, arriving between the receive's
-# last probe and the diagnosis' look at the peer's collective header) can stop a healthy run;
-# only that exact diagnosis is retried, twice at most, and reported.
 run() {
   local name="$1" n="$2"; shift 2
-  local attempt
-  for attempt in 1 2 3; do
-    case " $* " in *" --resume "*) ;; *) rm -rf "${t:?}/$name" ;; esac  # a retry starts afresh
-    timeout --signal=KILL 120 /usr/bin/mpiexec.mpich -n "$n" "$bin" "${small[@]}" --out "$t/$name" "$@" \
-      > "$t/$name.txt" 2>&1 && return 0
-    grep -q "has entered allgather .*which rank [0-9]* has not: the ranks call communication operations in different orders" \
-      "$t/$name.txt" || break
-    echo "note: $name: retrying after the transport's false deadlock diagnosis (attempt $attempt)"
-  done
+  timeout --signal=KILL 120 /usr/bin/mpiexec.mpich -n "$n" "$bin" "${small[@]}" --out "$t/$name" "$@" \
+    > "$t/$name.txt" 2>&1 && return 0
   cat "$t/$name.txt"
   fail "$name ($n ranks: $*)"
 }
