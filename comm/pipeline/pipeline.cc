@@ -219,7 +219,14 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
 void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point start) {
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const Device device = stages_.begin()->second->device();
-  const std::int64_t base_bytes = live_storage_bytes(device);
+  // Bytes alive beyond the parameters' gradients, which the first backward may create.
+  const auto activation_bytes = [&] {
+    std::int64_t bytes = live_storage_bytes(device);
+    for (const Variable& p : params())
+      if (p.grad().defined()) bytes -= static_cast<std::int64_t>(p.grad().nbytes());
+    return bytes;
+  };
+  const std::int64_t base_bytes = activation_bytes();
   const auto timed = [&](const Action& action, auto&& body) {
     current_action_ = action.describe();
     compute_s_ = 0;
@@ -227,7 +234,7 @@ void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point 
     body();
     profile_.actions.push_back(TimedAction{action, begin, seconds()});
     profile_.compute_s.push_back(compute_s_);
-    profile_.peak_bytes = std::max(profile_.peak_bytes, live_storage_bytes(device) - base_bytes);
+    profile_.peak_bytes = std::max(profile_.peak_bytes, activation_bytes() - base_bytes);
   };
   if (training) {
     for (const Action& action : schedule_.actions[static_cast<std::size_t>(comm_->rank())]) {

@@ -98,7 +98,8 @@ struct StepResult {
 // each action with its start and end (seconds from the start of the step, waits for messages
 // included), the time the stage computed in it (waits left out), and per stage the bytes of its
 // outputs and of what a microbatch keeps from its forward to its backward (both the largest over
-// microbatches), and the most bytes alive above the step's start after any action.
+// microbatches), and the most bytes alive above the step's start after any action, the
+// parameters' gradients left out (the first backward of a step may create them).
 struct StepProfile {
   std::vector<TimedAction> actions;
   std::vector<double> compute_s;              // per action

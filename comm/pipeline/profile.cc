@@ -84,7 +84,7 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
 
 SimulationResult measured_result(const Pipeline& pipe) {
   const StepProfile& profile = pipe.last_profile();
-  Json mine = {{"start", profile.start_clock_s}, {"actions", Json::array()}};
+  Json mine = {{"start", profile.start_clock_s}, {"peak_bytes", profile.peak_bytes}, {"actions", Json::array()}};
   for (std::size_t i = 0; i < profile.actions.size(); ++i) {
     const TimedAction& a = profile.actions[i];
     mine["actions"].push_back({a.action.kind == ActionKind::forward ? 0 : 1, a.action.stage, a.action.microbatch,
@@ -102,12 +102,18 @@ SimulationResult measured_result(const Pipeline& pipe) {
   for (const Json& rank : all) {
     RankResult r;
     const double offset = rank["start"].get<double>() - origin;
+    int in_flight = 0;
     for (const Json& a : rank["actions"]) {
       const Action action{a[0].get<int>() == 0 ? ActionKind::forward : ActionKind::backward, a[1].get<int>(),
                           a[2].get<int>()};
-      r.actions.push_back(TimedAction{action, offset + a[3].get<double>(), offset + a[4].get<double>()});
-      r.busy_s += a[5].get<double>();
+      // The action's computation ends it; the wait for its input before that shows as idle.
+      const double end = offset + a[4].get<double>(), compute = a[5].get<double>();
+      r.actions.push_back(TimedAction{action, std::max(offset + a[3].get<double>(), end - compute), end});
+      r.busy_s += compute;
+      in_flight += action.kind == ActionKind::forward ? 1 : -1;
+      r.peak_in_flight = std::max(r.peak_in_flight, in_flight);
     }
+    r.peak_stored_bytes = rank["peak_bytes"];
     r.end_s = r.actions.empty() ? offset : r.actions.back().end_s;
     result.step_s = std::max(result.step_s, r.end_s);
     busy += r.busy_s;

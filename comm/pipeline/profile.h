@@ -35,8 +35,11 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link);
 
 // Collective over pipe's ranks: the last step as it ran, in the simulator's terms, so that the
 // timeline, summary and Chrome trace of report.h show the real run beside the prediction. Each
-// action spans its wall time (waits for its input included); busy_s counts the stages' compute
-// only (profile.compute_s), so bubble_fraction is the share of the ranks' time not computing.
+// action spans its computation, ending when it ended (the wait for its input before that shows
+// as idle); busy_s sums the computations, so bubble_fraction is the share of the ranks' time
+// not computing; peak_stored_bytes is the most tensor bytes alive during the step (weights and
+// their gradients excluded as far as they existed before it), peak_in_flight the most
+// microbatches between forward and backward.
 // Times are aligned on the earliest rank's start: steady_clock is one clock per host, so on
 // several hosts the ranks' rows are each right but their offsets are not.
 SimulationResult measured_result(const Pipeline& pipe);

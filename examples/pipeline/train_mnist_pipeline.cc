@@ -24,10 +24,13 @@
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/train_mnist_pipeline --schedule interleaved --stages-per-rank 2
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/pipeline/train_mnist_pipeline --data-parallel 2 --recompute
 //   bazel-bin/examples/pipeline/train_mnist_pipeline --epoch 1      # the same model in one process
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/train_mnist_pipeline --profile --microbatches 8
+//       # one measured step beside the simulator's prediction, then exit
 //
 // Rank 0 prints the configuration, the per-epoch report and the final test accuracy; rank r > 0
 // writes its log and snapshots to <out>/rank<r>. --resume latest continues from the newest
 // snapshot that every rank completed (the same number of ranks and the same flags).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +43,8 @@
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/pipeline_training.h"
+#include "comm/pipeline/profile.h"
+#include "comm/pipeline/report.h"
 #include "comm/pipeline/schedule.h"
 #include "comm/training/multi_node_evaluator.h"
 #include "comm/training/multi_node_snapshot.h"
@@ -104,17 +109,52 @@ DatasetPtr first_examples(DatasetPtr dataset, long long size) {
   return split_dataset(dataset, size).first;
 }
 
-// --recompute is a switch: a bare "--recompute" (last, or followed by another flag) means
-// --recompute=1; "--recompute 0" / "--recompute=1" are taken as they are.
+// --recompute and --profile are switches: a bare "--recompute" (last, or followed by another
+// flag) means --recompute=1; "--recompute 0" / "--recompute=1" are taken as they are.
 std::vector<char*> expand_switches(int argc, char** argv) {
-  static char on[] = "--recompute=1";
+  static char recompute_on[] = "--recompute=1", profile_on[] = "--profile=1";
   std::vector<char*> args(argv, argv + argc);
   for (std::size_t i = 1; i < args.size(); ++i) {
-    if (std::strcmp(args[i], "--recompute") != 0) continue;
+    const bool recompute = std::strcmp(args[i], "--recompute") == 0, profile = std::strcmp(args[i], "--profile") == 0;
+    if (!recompute && !profile) continue;
     const bool bare = i + 1 == args.size() || std::strncmp(args[i + 1], "-", 1) == 0;
-    if (bare) args[i] = on;
+    if (bare) args[i] = recompute ? recompute_on : profile_on;
   }
   return args;
+}
+
+// --profile: two steps on the first batch (the first warms up; gradients are dropped, nothing is
+// updated), then the simulator fed with what the second measured (comm/pipeline/profile.h).
+// Rank 0 prints the measured and the predicted step side by side, with their timelines, and the
+// simulate tool's command line for planning other schedules; both Chrome traces go to --out.
+void profile(pipeline::Pipeline& pipe, Communicator& world, DatasetPtr train, long long batchsize,
+             const std::string& out) {
+  const Example batch = SerialIterator(train, batchsize, false, false).next();
+  for (int i = 0; i < 2; ++i) {
+    pipe.cleargrads();
+    pipe.step(batch);
+  }
+  pipe.cleargrads();
+  std::int64_t activation = 0;
+  for (const auto& [stage, bytes] : pipe.last_profile().output_bytes) activation = std::max(activation, bytes);
+  const pipeline::LinkModel link = pipeline::measure_link(pipe.communicator(), std::max<std::int64_t>(activation, 8));
+  const pipeline::MeasuredStep measured = pipeline::measure_last_step(pipe, link);
+  const pipeline::SimulationResult real = pipeline::measured_result(pipe);
+  const pipeline::SimulationResult predicted = pipeline::simulate(pipe.schedule(), measured.options);
+  if (world.rank() != 0) return;
+  const pipeline::Schedule& schedule = pipe.schedule();
+  std::printf("\n--- measured (one step; each action's computation, waits shown idle) ---\n%s%s",
+              pipeline::format_summary(schedule, real).c_str(), pipeline::format_timeline(schedule, real).c_str());
+  std::printf("\n--- predicted by the simulator from the measured costs ---\n%s%s",
+              pipeline::format_summary(schedule, predicted).c_str(),
+              pipeline::format_timeline(schedule, predicted).c_str());
+  std::printf("\nmeasured step %.2f ms, predicted %.2f ms; link %.1f us, %.2f GB/s\nplan other schedules: %s\n",
+              real.step_s * 1e3, predicted.step_s * 1e3, link.latency_s * 1e6, link.bandwidth_bytes_per_s / 1e9,
+              pipeline::simulate_command(schedule, measured.options).c_str());
+  pipeline::write_chrome_trace(out + "/pipeline_measured.json", schedule, real);
+  pipeline::write_chrome_trace(out + "/pipeline_predicted.json", schedule, predicted);
+  std::printf("Chrome traces: %s/pipeline_measured.json, %s/pipeline_predicted.json\n", out.c_str(), out.c_str());
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -133,6 +173,8 @@ int main(int argc, char** argv) {
   flags.add_int("layers", 8, "hidden layers (Linear + ReLU) before the output layer");
   flags.add_int("data-parallel", 1, "pipelines (data parallelism over them); must divide the number of ranks");
   flags.add_int("recompute", 0, "recompute each stage's forward in backward (--recompute alone: 1)");
+  flags.add_int("profile", 0, "measure one step, print it beside the simulator's prediction, write Chrome traces "
+                "to --out and exit (--profile alone: 1)");
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
   examples::add_communicator_flag(flags);
@@ -223,6 +265,10 @@ int main(int argc, char** argv) {
   }
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::epochs(1));
 
+  if (flags.get_int("profile") != 0) {
+    profile(*pipe, *world, train, batchsize, examples::rank_out(flags, rank));
+    return 0;
+  }
   examples::resume(trainer, *world, flags, kProgram);
   trainer.run();
   const Observation metrics = multi_node_evaluator ? multi_node_evaluator->evaluate() : pipeline_evaluator->evaluate();
