@@ -1,5 +1,5 @@
 // Pipeline parallelism on the deep MLP of examples/pipeline (784 - 8 hidden layers of 1000 - 10,
-// ReLU, softmax cross-entropy; SGD), batch 256 of random inputs:
+// ReLU, softmax cross-entropy; SGD), batch 256 (PP_BATCH) of random inputs:
 //   pp.mlp.train.<schedule>.m<M>  2 ranks x 1 thread, the pipeline runtime (comm/pipeline) with
 //                                 gpipe and 1f1b (2 stages, 4 layers each) and interleaved (4
 //                                 stages of 2 layers, 2 per rank), M = 1, 2, 4, 8 microbatches.
@@ -21,6 +21,7 @@
 //   OMP_NUM_THREADS=1 /usr/bin/mpiexec.mpich -n 2 bazel-bin/bench/pipeline_bench   (pipelines)
 //   bazel-bin/bench/pipeline_bench                                                 (one process)
 //   PP_ONLY=gpipe.m8: only that configuration (for /usr/bin/time -v per rank).  BENCH_SCALE: fewer steps.
+//   PP_BATCH=1024: another batch size (ids get .b1024).
 #include <mpi.h>
 
 #include <cmath>
@@ -44,7 +45,16 @@ namespace F = tandem::functions;
 
 namespace {
 
-constexpr int B = 256, IN = 784, U = 1000, OUT = 10, HIDDEN = 8;
+constexpr int IN = 784, U = 1000, OUT = 10, HIDDEN = 8;
+
+// The batch: PP_BATCH (default 256). Small microbatches cost more per example than large ones
+// (each product packs the whole weight matrix for few rows; see single.t1.m<M>).
+int batch_size() {
+  const char* e = std::getenv("PP_BATCH");
+  return e && std::atoi(e) > 0 ? std::atoi(e) : 256;
+}
+const int B = batch_size();
+std::string batch_suffix() { return B == 256 ? "" : ".b" + std::to_string(B); }
 
 // Layers [first, last) of the deep MLP (layer 0: 784 -> 1000, layers 1..7: 1000 -> 1000, layer 8:
 // 1000 -> 10 with the loss), each seeded by its index so that every split is the same model.
@@ -105,7 +115,7 @@ void single(int threads, const Data& data) {
     opt.update();
     ++i;
   });
-  bench::print_stats("pp.mlp.train.single.t" + std::to_string(threads), bench::threads_tag(threads) + " batch=256",
+  bench::print_stats("pp.mlp.train.single.t" + std::to_string(threads) + batch_suffix(), bench::threads_tag(threads) + " batch=" + std::to_string(B),
                      s);
   std::printf("\n");
   std::fflush(stdout);
@@ -126,7 +136,7 @@ void accumulated(const CommunicatorPtr& comm, int microbatches, const Data& data
     opt.update();
     ++i;
   });
-  bench::print_stats("pp.mlp.train.single.t1.m" + std::to_string(microbatches), bench::threads_tag(1) + " batch=256",
+  bench::print_stats("pp.mlp.train.single.t1.m" + std::to_string(microbatches) + batch_suffix(), bench::threads_tag(1) + " batch=" + std::to_string(B),
                      s);
   std::printf("\n");
   std::fflush(stdout);
@@ -172,8 +182,8 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
   const pipeline::SimulationResult predicted = pipeline::simulate(pipe->schedule(), measured.options);
   if (comm->rank() != 0) return;
   const bench::Stats s = bench::summarize(std::move(tmax));
-  const std::string id = "pp.mlp.train." + name + ".m" + std::to_string(microbatches);
-  bench::print_stats(id, bench::threads_tag(1) + " ranks=" + std::to_string(ranks) + " batch=256", s);
+  const std::string id = "pp.mlp.train." + name + ".m" + std::to_string(microbatches) + batch_suffix();
+  bench::print_stats(id, bench::threads_tag(1) + " ranks=" + std::to_string(ranks) + " batch=" + std::to_string(B), s);
   // The simulator models the schedule's actions: compare it with Pipeline::step (pipeline_ms);
   // the whole step adds the optimizer's update.
   std::printf(" pipeline_ms=%.3f predicted_ms=%.3f predicted_bubble=%.3f", bench::summarize(pipe_max).median_ms,

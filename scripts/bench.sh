@@ -7,7 +7,8 @@
 #   BENCH_SKIP_ANCHORS=1 scripts/bench.sh    reuse the latest anchor summary instead
 #   BENCH_ONLY="gemm mp" scripts/bench.sh    a subset; words: mlp conv lstm (train_step_bench),
 #                                            gemm, p2p coll (comm_bench; comm = both), mp dp
-#                                            (mlp_parallel_bench). The anchors follow unless ONLY is set.
+#                                            (mlp_parallel_bench), pp (pipeline_bench). The anchors
+#                                            follow unless ONLY is set.
 #   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
 #                                            ONLY= (set, empty) runs every anchor, gloo included)
 #   BENCH_SCALE=0.3 scripts/bench.sh         fewer timed iterations (ANCHOR_SCALE follows unless set)
@@ -51,6 +52,7 @@ if [[ -n "${BENCH_ONLY:-}" ]]; then
       comm | comm_bench) WORDS+=" p2p coll" ;;
       train_step | train_step_bench) WORDS+=" mlp conv lstm" ;;
       parallel | mlp_parallel | mlp_parallel_bench) WORDS+=" mp dp" ;;
+      pipeline | pipeline_bench) WORDS+=" pp" ;;
       gemm_bench) WORDS+=" gemm" ;;
       *) WORDS+=" $w" ;;
     esac
@@ -113,6 +115,10 @@ run_anchors() {
     echo "# BENCH_SKIP_ANCHORS: reusing $ANCHOR_SUMMARY" >&2
     return
   fi
+  if [[ -n "$WORDS" && -z "$(anchor_only)" && -z "${ONLY+set}" ]]; then
+    ANCHOR_SUMMARY=$(latest_anchor_summary)   # e.g. BENCH_ONLY=pp: no anchor to run
+    return
+  fi
   if ! "$SHARED/deps.sh" --check; then
     echo "# The anchors need their packages: run $SHARED/deps.sh once as root (it installs" >&2
     echo "# libtorch-dev, libopenblas-dev, libgloo-dev, ...). Reusing the latest anchor summary." >&2
@@ -160,6 +166,9 @@ run_tandem_all() {
   wants p2p coll && run_tandem comm "$MPIEXEC" -n 2 "$BIN/bench/comm_bench"
   # One thread per rank: 2 ranks on 2 cores, as the LibTorch + MPICH reference.
   wants mp dp && run_tandem mlp_parallel env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/mlp_parallel_bench"
+  # Pipelines over 2 ranks x 1 thread, and the same model in one process (1 and 2 threads).
+  wants pp && run_tandem pipeline_single "$BIN/bench/pipeline_bench"
+  wants pp && run_tandem pipeline env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/pipeline_bench"
   grep '^name=tandem\.' "$RAW" > "$TANDEM" || true
   echo "# tandem total_s=$((SECONDS - T0)) lines=$(wc -l < "$TANDEM")" | tee -a "$RAW" >&2
 }
@@ -260,6 +269,14 @@ END {
   }
   n = split("mp.mlp.train.sgd mp.mlp.train.adam dp.mlp.train.sgd dp.mlp.train.adam", ids, " ")
   for (i = 1; i <= n; i++) row(ids[i], "LibTorch + MPICH", tandem[ids[i]], anchor[ids[i]], 0.8, 0, "")
+  # Pipelines (bench/pipeline_bench.cc): the 2-rank step at M = 8 against the one-process step of
+  # the same run, at 1 thread (<= 0.65; equal stages allow 0.5625) and 2 threads (<= 0.9).
+  n = split("gpipe 1f1b interleaved", schedules, " ")
+  for (i = 1; i <= n; i++) {
+    id = "pp.mlp.train." schedules[i] ".m8"
+    row(id, "one process, 1 thread", tandem[id], tandem["pp.mlp.train.single.t1"], 0.65, 0, "")
+    row(id " (t2)", "one process, 2 threads", tandem[id], tandem["pp.mlp.train.single.t2"], 0.9, 0, "")
+  }
   printf "\n%d PASS, %d MISS, %d n/a (not measured in this run, or no reference)\n", pass, miss, na
 }' "$ANCHOR_SUMMARY" "$RAW" | tee "$OUT/targets.md"
 }
