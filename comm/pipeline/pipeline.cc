@@ -66,21 +66,11 @@ std::uint64_t schedule_digest(const Schedule& schedule) {
   return h.digest();
 }
 
-Tensor text_tensor(const std::string& text) {
-  Tensor bytes({static_cast<std::int64_t>(text.size())}, DType::boolean);
-  if (!text.empty()) std::memcpy(bytes.raw_data(), text.data(), text.size());
-  return bytes;
-}
-
-std::string tensor_text(const Tensor& bytes) {
-  const Tensor host = bytes.to(Device::cpu());
-  return std::string(static_cast<const char*>(host.raw_data()), host.nbytes());
-}
-
 // Every rank's JSON document, in rank order (one allgather).
 std::vector<Json> exchange_documents(Communicator& comm, const Json& mine) {
   std::vector<Json> all;
-  for (const Tensor& t : comm.allgather(text_tensor(mine.dump()))) all.push_back(Json::parse(tensor_text(t)));
+  for (const Tensor& t : comm.allgather(detail::text_tensor(mine.dump())))
+    all.push_back(Json::parse(detail::tensor_text(t)));
   return all;
 }
 

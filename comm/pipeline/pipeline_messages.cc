@@ -27,13 +27,16 @@ int send_tensors(Communicator& comm, const std::vector<Tensor>& tensors, const s
   return static_cast<int>(n);
 }
 
-namespace {
-
-std::string text_of(const Tensor& bytes) {
-  return std::string(static_cast<const char*>(bytes.raw_data()), static_cast<std::size_t>(bytes.nbytes()));
+Tensor text_tensor(const std::string& text) {
+  Tensor bytes({static_cast<std::int64_t>(text.size())}, DType::boolean);
+  if (!text.empty()) std::memcpy(bytes.raw_data(), text.data(), text.size());
+  return bytes;
 }
 
-}  // namespace
+std::string tensor_text(const Tensor& bytes) {
+  const Tensor host = bytes.to(Device::cpu());
+  return std::string(static_cast<const char*>(host.raw_data()), host.nbytes());
+}
 
 ReceivedTensors recv_tensors(Communicator& comm, int source, int tag, int microbatch, bool gradients,
                              const std::string& what, int& consumed) {
@@ -46,7 +49,7 @@ ReceivedTensors recv_tensors(Communicator& comm, int source, int tag, int microb
     ++consumed;  // recv_message takes the message off the channel even when it then throws
     ReceivedMessage message = comm.recv_message(source, tag, expect);
     const comm_detail::MessageHeader& h = message.header;
-    if (h.aux == kAbortMicrobatch) throw PipelineAbort{text_of(message.tensor.to(Device::cpu()))};
+    if (h.aux == kAbortMicrobatch) throw PipelineAbort{tensor_text(message.tensor)};
     TANDEM_CHECK(h.aux == microbatch && h.has_flag(kFlagBackward) == gradients, "pipeline: rank ", comm.rank(),
                  " expected ", what, " but received ", h.has_flag(kFlagBackward) ? "a gradient" : "an activation",
                  " of microbatch ", h.aux, " from rank ", source, ": the ranks run different schedules");
@@ -71,8 +74,7 @@ void drop_message(Communicator& comm, int source, int tag) {
 }
 
 void send_abort(Communicator& comm, const std::string& failure, int dest, int tag) {
-  Tensor bytes({static_cast<std::int64_t>(failure.size())}, DType::boolean);
-  if (!failure.empty()) std::memcpy(bytes.raw_data(), failure.data(), failure.size());
+  const Tensor bytes = text_tensor(failure);
   MessageOptions options;
   options.kind = OpKind::pipeline;
   options.blocking = false;

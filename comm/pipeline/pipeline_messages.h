@@ -50,4 +50,9 @@ void drop_message(Communicator& comm, int source, int tag);
 
 void send_abort(Communicator& comm, const std::string& failure, int dest, int tag);
 
+// Text as a tensor of bytes (boolean, one byte each) and back: for the documents the ranks
+// exchange with allgather (the end of a step, the profile).
+Tensor text_tensor(const std::string& text);
+std::string tensor_text(const Tensor& bytes);
+
 }  // namespace tandem::pipeline::detail

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/pipeline/pipeline_messages.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -21,12 +22,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-Tensor text_tensor(const std::string& text) {
-  Tensor bytes({static_cast<std::int64_t>(text.size())}, DType::boolean);
-  if (!text.empty()) std::memcpy(bytes.raw_data(), text.data(), text.size());
-  return bytes;
 }
 
 }  // namespace
@@ -57,9 +52,8 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
   MeasuredStep out;
   out.options.link = link;
   out.options.stage_costs.assign(static_cast<std::size_t>(schedule.stages), StageCost{});
-  for (const Tensor& t : comm.allgather(text_tensor(mine.dump()))) {
-    const Tensor host = t.to(Device::cpu());
-    const Json rank = Json::parse(std::string(static_cast<const char*>(host.raw_data()), host.nbytes()));
+  for (const Tensor& t : comm.allgather(detail::text_tensor(mine.dump()))) {
+    const Json rank = Json::parse(detail::tensor_text(t));
     out.step_s = std::max(out.step_s, rank["step_s"].get<double>());
     out.peak_bytes.push_back(rank["peak_bytes"]);
     for (const Json& st : rank["stages"]) {
@@ -91,10 +85,8 @@ SimulationResult measured_result(const Pipeline& pipe) {
                                a.start_s, a.end_s, profile.compute_s[i]});
   }
   std::vector<Json> all;
-  for (const Tensor& t : pipe.communicator().allgather(text_tensor(mine.dump()))) {
-    const Tensor host = t.to(Device::cpu());
-    all.push_back(Json::parse(std::string(static_cast<const char*>(host.raw_data()), host.nbytes())));
-  }
+  for (const Tensor& t : pipe.communicator().allgather(detail::text_tensor(mine.dump())))
+    all.push_back(Json::parse(detail::tensor_text(t)));
   double origin = all[0]["start"];
   for (const Json& rank : all) origin = std::min(origin, rank["start"].get<double>());
   SimulationResult result;

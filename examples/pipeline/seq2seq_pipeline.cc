@@ -53,11 +53,11 @@
 #include "comm/transport/communicator.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
+#include "examples/mnist/mnist_common.h"  // extend_with_report
 #include "examples/seq2seq/seq2seq_data.h"
 #include "examples/seq2seq/seq2seq_model.h"
 #include "layers/optimizers/adam.h"
 #include "training/extensions/evaluator.h"
-#include "training/extensions/reporting.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -294,12 +294,7 @@ int main(int argc, char** argv) {
     std::printf("the first batch's microbatches:\n%s",
                 describe_microbatches(length_sorted_microbatches(peek.next(), microbatches)).c_str());
     std::fflush(stdout);
-    auto log = std::make_shared<LogReport>();
-    trainer.extend(log);
-    trainer.extend(std::make_shared<PrintReport>(
-        log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
-                                      "validation/main/accuracy", "elapsed_time"}));
-    trainer.extend(std::make_shared<ProgressBar>());
+    examples::extend_with_report(trainer);
   }
   trainer.run();
 
