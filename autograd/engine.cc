@@ -141,7 +141,16 @@ class BackwardEngine {
       std::shared_ptr<VariableImpl> variable = g.node->variable.lock();
       if (!variable) continue;
       if (variable->grad.defined()) {
-        variable->grad = add(variable->grad, g.value);
+        // Accumulate in place when nothing else holds the gradient's memory (a user's copy of
+        // grad() keeps its value): microbatches and pipeline steps accumulate into every
+        // weight's gradient many times a step, and a new tensor each time cost a fresh
+        // allocation and a third pass over memory.
+        if (variable->grad.storage().use_count() == 1 && variable->grad.shape() == g.value.shape() &&
+            variable->grad.dtype() == g.value.dtype() && variable->grad.device() == g.value.device()) {
+          add_(variable->grad, g.value);
+        } else {
+          variable->grad = add(variable->grad, g.value);
+        }
       } else {
         // The user (an optimizer) may update a gradient in place; never hand out a tensor that
         // something else still shares.

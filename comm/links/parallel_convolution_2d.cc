@@ -19,9 +19,9 @@ ParallelConvolution2D::ParallelConvolution2D(CommunicatorPtr comm, std::int64_t 
   TANDEM_CHECK((in_channels > 0 || in_channels == -1) && options_.ksize_y > 0 && options_.ksize_x > 0,
                "ParallelConvolution2D: in_channels (-1 = inferred) and kernel size must be positive, got ",
                in_channels, " -> ", out_channels, ", kernel ", options_.ksize_y, "x", options_.ksize_x);
-  const std::int64_t share = out_channels / size, extra = out_channels % size;
-  begin_ = rank * share + std::min<std::int64_t>(rank, extra);
-  end_ = begin_ + share + (rank < extra ? 1 : 0);
+  const Share share = share_of(out_channels, rank, size);
+  begin_ = share.begin;
+  end_ = share.end;
   if (!options_.initialW) options_.initialW = initializers::lecun_normal();
   if (!options_.initial_bias) options_.initial_bias = initializers::zero();
   add_uninitialized_param("W");
