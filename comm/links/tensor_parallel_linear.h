@@ -1,0 +1,79 @@
+// Megatron-LM's tensor-parallel linear layers, drop-ins for Linear whose weight is split across
+// the ranks of a communicator (comm/functions/parallel_region.h has the regions they use).
+//
+// ColumnParallelLinear splits the output features: rank r holds rows share_of(out_size, r) of W
+// (and of b). Every rank passes the same full input; the output is this rank's share of the
+// features, [N, share], or with gather_output the full [N, out_size] on every rank.
+//   y_r = copy_to(x) W_r^T + b_r                     (gather_output: y = gather_from(y_r))
+// RowParallelLinear splits the input features: rank r holds columns share_of(in_size, r) of W.
+// Its input is this rank's share of the features (input_is_parallel, the default: the output of
+// a ColumnParallelLinear without gather_output), or the full input, which it scatters. The
+// partial products are summed over the ranks, then the bias is added once: every rank gets the
+// same full output.
+//   y = reduce_from(x_r W_r^T) + b                   (input_is_parallel = false: x_r = scatter_to(x))
+// Megatron's MLP is the pair: column (no gather) -> activation -> row: one allreduce forward, one
+// backward, per pair.
+//
+// Initialisation: the whole W is drawn with the initializer (the same stream as Linear(in, out),
+// so with the same seed on every rank the split model starts as the unsplit one does) and each
+// rank keeps its share; parameters are named "W" and "b" as Linear's. A split checkpoint holds
+// each rank's share; the layer checks a loaded W's shape against its share. Sizes split
+// unevenly as share_of says. Everything around these layers must be replicated (the same
+// batches and seeds on every rank of the group).
+#pragma once
+
+#include "comm/functions/parallel_region.h"
+#include "comm/transport/communicator.h"
+#include "layers/links/linear.h"
+
+namespace tandem {
+
+class ColumnParallelLinear : public Link {
+ public:
+  // in_size -1 defers W's shape to the first forward pass (or to loading a saved W).
+  ColumnParallelLinear(CommunicatorPtr comm, std::int64_t in_size, std::int64_t out_size, bool gather_output = false,
+                       LinearOptions options = {});
+  std::string type_name() const override { return "ColumnParallelLinear"; }
+  Variable forward(const Variable& x) override;
+
+  Variable& W() { return param("W"); }  // [share.size(), in_size]
+  Variable& b() { return param("b"); }  // [share.size()]
+  Share share() const { return share_; }  // this rank's output features
+  std::int64_t out_size() const { return out_size_; }
+
+ protected:
+  void check_loaded_shape(const std::string& name, const Shape& shape) override;
+
+ private:
+  void initialize_W(std::int64_t in_size);
+  CommunicatorPtr comm_;
+  std::int64_t in_size_, out_size_;
+  bool gather_output_;
+  LinearOptions options_;
+  Share share_;
+};
+
+class RowParallelLinear : public Link {
+ public:
+  RowParallelLinear(CommunicatorPtr comm, std::int64_t in_size, std::int64_t out_size, bool input_is_parallel = true,
+                    LinearOptions options = {});
+  std::string type_name() const override { return "RowParallelLinear"; }
+  Variable forward(const Variable& x) override;
+
+  Variable& W() { return param("W"); }  // [out_size, share.size()]
+  Variable& b() { return param("b"); }  // [out_size], the same on every rank
+  Share share() const { return share_; }  // this rank's input features
+  std::int64_t in_size() const { return in_size_; }
+
+ protected:
+  void check_loaded_shape(const std::string& name, const Shape& shape) override;
+
+ private:
+  CommunicatorPtr comm_;
+  std::int64_t in_size_, out_size_;
+  bool input_is_parallel_;
+  LinearOptions options_;
+  Share share_;
+};
+
+}  // namespace tandem
