@@ -6,3 +6,4 @@
 #include "comm/functions/parallel_region.h"
 #include "comm/functions/point_to_point.h"
 #include "comm/functions/pseudo_connect.h"
+#include "comm/functions/vocab_parallel_cross_entropy.h"
