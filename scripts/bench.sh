@@ -7,8 +7,9 @@
 #   BENCH_SKIP_ANCHORS=1 scripts/bench.sh    reuse the latest anchor summary instead
 #   BENCH_ONLY="gemm mp" scripts/bench.sh    a subset; words: mlp conv lstm (train_step_bench),
 #                                            gemm, p2p coll (comm_bench; comm = both), mp dp
-#                                            (mlp_parallel_bench), pp (pipeline_bench). The anchors
-#                                            follow unless ONLY is set.
+#                                            (mlp_parallel_bench), pp (pipeline_bench), tp
+#                                            (tensor_parallel_bench). The anchors follow unless ONLY
+#                                            is set.
 #   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
 #                                            ONLY= (set, empty) runs every anchor, gloo included)
 #   BENCH_SCALE=0.3 scripts/bench.sh         fewer timed iterations (ANCHOR_SCALE follows unless set)
@@ -53,6 +54,7 @@ if [[ -n "${BENCH_ONLY:-}" ]]; then
       train_step | train_step_bench) WORDS+=" mlp conv lstm" ;;
       parallel | mlp_parallel | mlp_parallel_bench) WORDS+=" mp dp" ;;
       pipeline | pipeline_bench) WORDS+=" pp" ;;
+      tensor_parallel | tensor_parallel_bench) WORDS+=" tp" ;;
       gemm_bench) WORDS+=" gemm" ;;
       *) WORDS+=" $w" ;;
     esac
@@ -169,6 +171,9 @@ run_tandem_all() {
   # Pipelines over 2 ranks x 1 thread, and the same model in one process (1 and 2 threads).
   wants pp && run_tandem pipeline_single "$BIN/bench/pipeline_bench"
   wants pp && run_tandem pipeline env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/pipeline_bench"
+  # Megatron's MLP block split over 2 ranks x 1 thread, and unsplit in one process.
+  wants tp && run_tandem tensor_parallel_single "$BIN/bench/tensor_parallel_bench"
+  wants tp && run_tandem tensor_parallel env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/tensor_parallel_bench"
   grep '^name=tandem\.' "$RAW" > "$TANDEM" || true
   echo "# tandem total_s=$((SECONDS - T0)) lines=$(wc -l < "$TANDEM")" | tee -a "$RAW" >&2
 }
