@@ -3,6 +3,7 @@
 
 #include "comm/functions/collectives.h"
 #include "comm/functions/multi_node_batch_normalization.h"
+#include "comm/functions/parallel_dropout.h"
 #include "comm/functions/parallel_region.h"
 #include "comm/functions/point_to_point.h"
 #include "comm/functions/pseudo_connect.h"

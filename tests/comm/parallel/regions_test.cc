@@ -246,3 +246,28 @@ TEST_CASE("regions: ranks that disagree on what they split get an error naming b
                       Contains("scatter_to_parallel_region: the ranks disagree on what they split"));
   comm.barrier();
 }
+
+TEST_CASE("dropout_in_parallel_region: each rank's mask is its share of the unsplit dropout's mask") {
+  Communicator& comm = world();
+  const int r = comm.rank();
+  const std::int64_t features = 9;
+  const Share mine = share_of(features, r, comm.size());
+  const Tensor x_full = f64({4, features}, 100), w_full = f64({4, features}, 101);
+  // The unsplit run, then the split run from the same generator state.
+  manual_seed(77);
+  Variable x1(x_full.clone(), true);
+  Variable y1 = F::dropout(x1, 0.4);
+  weighted_sum(y1, w_full).backward();
+  manual_seed(77);
+  Variable x2(columns(x_full, mine), true);
+  Variable y2 = F::dropout_in_parallel_region(comm, x2, 0.4);
+  weighted_sum(y2, columns(w_full, mine)).backward();
+  require_equal(y2.data(), columns(y1.data(), mine), "this rank's share of the output", 0);
+  require_equal(x2.grad(), columns(x1.grad(), mine), "this rank's share of the gradient", 0);
+  // The generator moved on alike: the next draw (outside the region) is the same on every rank.
+  const std::vector<Tensor> next = comm.allgather(philox_uniform({3}, global_generator()));
+  for (const Tensor& t : next) require_equal(t, next[0], "the generators agree after the region", 0);
+  // Outside training it is the identity.
+  TrainModeGuard eval(false);
+  REQUIRE(F::dropout_in_parallel_region(comm, x2, 0.4).same_as(x2));
+}

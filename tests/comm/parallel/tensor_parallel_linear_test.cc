@@ -6,6 +6,7 @@
 
 #include "autograd/functions.h"
 #include "comm/links/tensor_parallel_linear.h"
+#include "comm/optimizers/multi_node_optimizer.h"
 #include "core/random.h"
 #include "layers/optimizers/sgd.h"
 #include "tests/core/test_util.h"
@@ -147,4 +148,48 @@ TEST_CASE("tensor-parallel linear layers: a wrong split is a clear error") {
                       Contains("ColumnParallelLinear: W on rank") && Contains("a checkpoint split for another number"));
   REQUIRE_THROWS_WITH(ColumnParallelLinear(comm, 4, n - 1 > 0 ? n - 1 : 0),
                       Contains("ColumnParallelLinear: out_size"));
+}
+
+TEST_CASE("tensor x data parallelism: 2 x 2 on 4 ranks (tp x dp otherwise) equals one process") {
+  const CommunicatorPtr world_comm = world();
+  const int size = world_comm->size(), rank = world_comm->rank();
+  const int tp = size % 2 == 0 ? 2 : 1, dp = size / tp;
+  // Consecutive ranks share a layer (the tensor-parallel group); ranks with the same place in
+  // their group hold the same shares (the data-parallel group, averaging their gradients).
+  const CommunicatorPtr tp_comm = world_comm->split(rank / tp, rank % tp);
+  const CommunicatorPtr dp_comm = world_comm->split(rank % tp, rank / tp);
+  const std::int64_t d = 6, hidden = 9, per_replica = 3;
+  manual_seed(41);
+  auto fc1 = std::make_shared<Linear>(d, hidden, f64_options());
+  auto fc2 = std::make_shared<Linear>(hidden, d, f64_options());
+  auto whole = std::make_shared<ChainList>();
+  whole->append(fc1);
+  whole->append(fc2);
+  manual_seed(41);
+  auto col = std::make_shared<ColumnParallelLinear>(tp_comm, d, hidden, false, f64_options());
+  auto row = std::make_shared<RowParallelLinear>(tp_comm, hidden, d, true, f64_options());
+  auto block = std::make_shared<ChainList>();
+  block->append(col);
+  block->append(row);
+  auto opt = create_multi_node_optimizer(std::make_shared<SGD>(0.5), dp_comm);
+  opt->setup(block);
+  SGD ref_opt(0.5);
+  ref_opt.setup(whole);
+  for (int step = 0; step < 2; ++step) {
+    // The whole batch; replica k (rank / tp) takes rows [k * per_replica, (k + 1) * per_replica).
+    const Tensor x = f64({per_replica * dp, d}, 50 + step), w = f64({per_replica * dp, d}, 60 + step);
+    const std::int64_t k = rank / tp;
+    const Tensor x_mine = x.slice_rows(k * per_replica, (k + 1) * per_replica).clone();
+    const Tensor w_mine = w.slice_rows(k * per_replica, (k + 1) * per_replica).clone();
+    block->cleargrads();
+    F::mul(weighted_sum((*row)(F::tanh((*col)(Variable(x_mine)))), w_mine), 1.0 / per_replica).backward();
+    opt->update();
+    whole->cleargrads();
+    F::mul(weighted_sum((*fc2)(F::tanh((*fc1)(Variable(x)))), w), 1.0 / (per_replica * dp)).backward();
+    ref_opt.update();
+  }
+  require_close(col->W().data(), rows(fc1->W().data(), col->share()), "fc1 W after 2 steps");
+  require_close(col->b().data(), rows(fc1->b().data(), col->share()), "fc1 b");
+  require_close(row->W().data(), columns(fc2->W().data(), row->share()), "fc2 W");
+  require_close(row->b().data(), fc2->b().data(), "fc2 b");
 }
