@@ -12,12 +12,13 @@
 // iterator) and the same seed for the replicated layers; then a plain optimizer keeps them equal.
 #pragma once
 
+#include "comm/links/tensor_parallel_checkpoint.h"
 #include "comm/transport/communicator.h"
 #include "layers/links/convolution_2d.h"
 
 namespace tandem {
 
-class ParallelConvolution2D : public Link {
+class ParallelConvolution2D : public Link, public TensorParallelLink {
  public:
   // in_channels -1 defers W's shape to the first forward pass (or to loading a saved W).
   // options.conv.groups must be 1.
@@ -32,6 +33,8 @@ class ParallelConvolution2D : public Link {
   // This rank's output channels.
   std::int64_t channel_begin() const { return begin_; }
   std::int64_t channel_end() const { return end_; }
+  Communicator& group() const override { return *comm_; }
+  std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 0}, {"b", 0}}; }
 
  protected:
   // A saved W must be this rank's rows: [end - begin, in_channels, ksize_y, ksize_x].

@@ -23,12 +23,13 @@
 #pragma once
 
 #include "comm/functions/parallel_region.h"
+#include "comm/links/tensor_parallel_checkpoint.h"
 #include "comm/transport/communicator.h"
 #include "layers/links/linear.h"
 
 namespace tandem {
 
-class ColumnParallelLinear : public Link {
+class ColumnParallelLinear : public Link, public TensorParallelLink {
  public:
   // in_size -1 defers W's shape to the first forward pass (or to loading a saved W).
   ColumnParallelLinear(CommunicatorPtr comm, std::int64_t in_size, std::int64_t out_size, bool gather_output = false,
@@ -40,6 +41,8 @@ class ColumnParallelLinear : public Link {
   Variable& b() { return param("b"); }  // [share.size()]
   Share share() const { return share_; }  // this rank's output features
   std::int64_t out_size() const { return out_size_; }
+  Communicator& group() const override { return *comm_; }
+  std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 0}, {"b", 0}}; }
 
  protected:
   void check_loaded_shape(const std::string& name, const Shape& shape) override;
@@ -53,7 +56,7 @@ class ColumnParallelLinear : public Link {
   Share share_;
 };
 
-class RowParallelLinear : public Link {
+class RowParallelLinear : public Link, public TensorParallelLink {
  public:
   RowParallelLinear(CommunicatorPtr comm, std::int64_t in_size, std::int64_t out_size, bool input_is_parallel = true,
                     LinearOptions options = {});
@@ -64,6 +67,8 @@ class RowParallelLinear : public Link {
   Variable& b() { return param("b"); }  // [out_size], the same on every rank
   Share share() const { return share_; }  // this rank's input features
   std::int64_t in_size() const { return in_size_; }
+  Communicator& group() const override { return *comm_; }
+  std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 1}}; }  // b: replicated
 
  protected:
   void check_loaded_shape(const std::string& name, const Shape& shape) override;

@@ -10,13 +10,14 @@
 #include <optional>
 
 #include "comm/functions/parallel_region.h"
+#include "comm/links/tensor_parallel_checkpoint.h"
 #include "comm/transport/communicator.h"
 #include "layers/initializers.h"
 #include "layers/link.h"
 
 namespace tandem {
 
-class VocabParallelEmbedding : public Link {
+class VocabParallelEmbedding : public Link, public TensorParallelLink {
  public:
   // initialW defaults to N(0, 1), as EmbedID's.
   VocabParallelEmbedding(CommunicatorPtr comm, std::int64_t vocabulary, std::int64_t dim,
@@ -27,6 +28,8 @@ class VocabParallelEmbedding : public Link {
   Variable forward(const Variable& ids) override;
   Variable& W() { return param("W"); }  // [share.size(), dim]
   Share share() const { return share_; }
+  Communicator& group() const override { return *comm_; }
+  std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 0}}; }
 
  protected:
   void check_loaded_shape(const std::string& name, const Shape& shape) override;
