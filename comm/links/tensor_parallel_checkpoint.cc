@@ -30,6 +30,23 @@ void for_each_param(Link& link, const std::string& prefix,
 
 }  // namespace
 
+void TensorParallelLink::check_group_agrees(const std::string& layer, const std::vector<std::int64_t>& sizes) {
+  if (agreed_) return;
+  Communicator& comm = group();
+  const std::vector<Tensor> all = comm.allgather(from_vector(sizes, {static_cast<std::int64_t>(sizes.size())}));
+  const auto text = [](const Tensor& t) {
+    std::string out;
+    for (std::int64_t v : t.to_vector<std::int64_t>()) out += (out.empty() ? "" : " x ") + std::to_string(v);
+    return out;
+  };
+  const Tensor mine = from_vector(sizes, {static_cast<std::int64_t>(sizes.size())});
+  for (int r = 0; r < comm.size(); ++r)
+    TANDEM_CHECK(all[r].shape() == mine.shape() && all[r].to_vector<std::int64_t>() == sizes, layer, ": the ranks of its "
+                 "group built different layers: rank ", comm.rank(), " has ", text(mine), ", rank ", r, " has ",
+                 text(all[r]), " (every rank of the group must build the same unsplit layer)");
+  agreed_ = true;
+}
+
 NamedTensors gather_tensor_parallel_params(Link& model) {
   NamedTensors whole;
   for_each_param(model, "", [&](const std::string& path, Variable& param, std::int64_t axis, Communicator* group) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "comm/transport/communicator.h"
 #include "layers/link.h"
@@ -31,6 +32,15 @@ class TensorParallelLink {
   // This layer's own parameters that are split, by name, with the axis; the others are replicated.
   // Rank r of the group holds share_of(the unsplit extent, r, size) along the axis.
   virtual std::map<std::string, std::int64_t> split_axes() const = 0;
+
+ protected:
+  // Once, at a layer's first forward: the ranks of the group must have built it with the same
+  // unsplit sizes (else each would hold a share of a different layer and compute garbage). One
+  // allgather; a disagreement is an error on every rank naming the layer, both ranks and sizes.
+  void check_group_agrees(const std::string& layer, const std::vector<std::int64_t>& sizes);
+
+ private:
+  bool agreed_ = false;
 };
 
 // Every parameter of the model as the unsplit model holds it: each split parameter allgathered

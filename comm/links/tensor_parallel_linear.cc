@@ -46,6 +46,7 @@ Variable ColumnParallelLinear::forward(const Variable& x) {
     TANDEM_CHECK(x.dim() >= 2, "ColumnParallelLinear: input must be [N, features], got ", x.description());
     initialize_W(x.shape().back());
   }
+  check_group_agrees("ColumnParallelLinear", {in_size_, out_size_});
   const Variable y = F::linear(F::copy_to_parallel_region(*comm_, x), param("W"),
                                options_.nobias ? Variable() : param("b"));
   return gather_output_ ? F::gather_from_parallel_region(*comm_, y, -1) : y;
@@ -77,6 +78,7 @@ void RowParallelLinear::check_loaded_shape(const std::string& name, const Shape&
 }
 
 Variable RowParallelLinear::forward(const Variable& x) {
+  check_group_agrees("RowParallelLinear", {in_size_, out_size_});
   const Variable mine = input_is_parallel_ ? x : F::scatter_to_parallel_region(*comm_, x, -1);
   TANDEM_CHECK(mine.dim() >= 2 && mine.shape().back() == share_.size(), "RowParallelLinear: rank ", comm_->rank(),
                " of ", comm_->size(), " takes its ", share_.size(), " of ", in_size_, " input features",

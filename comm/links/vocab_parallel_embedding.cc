@@ -25,6 +25,7 @@ void VocabParallelEmbedding::check_loaded_shape(const std::string& name, const S
 }
 
 Variable VocabParallelEmbedding::forward(const Variable& ids) {
+  check_group_agrees("VocabParallelEmbedding", {vocabulary_, dim_});
   const Tensor& x = ids.data();
   TANDEM_CHECK(x.dtype() == DType::i32 || x.dtype() == DType::i64, "VocabParallelEmbedding: ids must be i32 or i64, "
                "got ", x.description());

@@ -13,6 +13,7 @@
 #include "core/random.h"
 #include "layers/links/convolution_2d.h"
 #include "layers/links/embed_id.h"
+#include "layers/serializers/serializers.h"
 #include "tests/core/test_util.h"
 
 using namespace tandem;
@@ -64,6 +65,13 @@ void require_same(const NamedTensors& got, const std::vector<std::pair<std::stri
   }
 }
 
+// The split model's parameters gathered, as (name, variable) pairs for require_same.
+std::vector<std::pair<std::string, Variable>> unsplit_reference(Link& split) {
+  std::vector<std::pair<std::string, Variable>> out;
+  for (auto& [name, value] : gather_tensor_parallel_params(split)) out.emplace_back(name, Variable(value));
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("tensor-parallel checkpoints: gathered, the split model is the unsplit one; scattered, back exactly") {
@@ -106,4 +114,18 @@ TEST_CASE("tensor-parallel checkpoints: a missing or misshapen value is an error
   values[1].second = zeros({10, 6}, DType::f64);  // Linear(6, 9)'s W with a row too many
   REQUIRE_THROWS_WITH(scatter_tensor_parallel_params(*split, values),
                       Contains("'1/W' is f64[10, 6] unsplit") && Contains("does not fit the parameter"));
+}
+
+TEST_CASE("tensor-parallel checkpoints: written split (a file per rank) and read back split") {
+  const CommunicatorPtr comm = world();
+  manual_seed(61);
+  auto split = split_model(comm);
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string path = dir + "/tp_split_" + std::to_string(comm->size()) + "_rank" + std::to_string(comm->rank()) + ".npz";
+  save_npz(path, *split);
+  manual_seed(62);
+  auto fresh = split_model(comm);
+  load_npz(path, *fresh);
+  require_same(gather_tensor_parallel_params(*fresh), unsplit_reference(*split));
+  std::remove(path.c_str());
 }

@@ -148,6 +148,14 @@ TEST_CASE("tensor-parallel linear layers: a wrong split is a clear error") {
                       Contains("ColumnParallelLinear: W on rank") && Contains("a checkpoint split for another number"));
   REQUIRE_THROWS_WITH(ColumnParallelLinear(comm, 4, n - 1 > 0 ? n - 1 : 0),
                       Contains("ColumnParallelLinear: out_size"));
+  // Ranks that built different layers (rank 0 one more output feature): every rank learns it at
+  // the first forward.
+  if (n > 1) {
+    auto odd = std::make_shared<ColumnParallelLinear>(comm, 4, comm->rank() == 0 ? 9 : 8);
+    REQUIRE_THROWS_WITH((*odd)(Variable(zeros({2, 4}))),
+                        Contains("ColumnParallelLinear: the ranks of its group built different layers") &&
+                            Contains("4 x 9") && Contains("4 x 8"));
+  }
 }
 
 TEST_CASE("tensor x data parallelism: 2 x 2 on 4 ranks (tp x dp otherwise) equals one process") {
