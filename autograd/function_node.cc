@@ -106,4 +106,17 @@ const std::vector<Tensor>& FunctionNode::saved() const {
   return saved_;
 }
 
+Tensor* FunctionNode::leaf_gradient_to_accumulate(std::size_t i) const {
+  if (i >= inputs_.size() || check_finite_enabled()) return nullptr;
+  const std::shared_ptr<VariableNode>& node = inputs_[i];
+  if (node->creator || !node->requires_grad) return nullptr;
+  const std::shared_ptr<VariableImpl> variable = node->variable.lock();
+  if (!variable) return nullptr;
+  Tensor& grad = variable->grad;
+  if (!grad.defined() || grad.storage().use_count() != 1 || grad.shape() != node->shape || grad.dtype() != node->dtype ||
+      grad.device() != node->device)
+    return nullptr;
+  return &grad;
+}
+
 }  // namespace tandem

@@ -64,6 +64,13 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   void save_for_backward(std::vector<Tensor> tensors);
   // The saved tensors; throws a clear error once they have been released.
   const std::vector<Tensor>& saved() const;
+  // Gradient accumulation fusion (as Megatron-LM's for linear layers): when input i is a leaf
+  // (a parameter) whose gradient already holds earlier contributions (an earlier microbatch or
+  // backward call) in memory nothing else shares, backward may add its contribution straight
+  // into that gradient (a GEMM with beta = 1) and return an undefined gradient for the input:
+  // the engine would only add it there, after a temporary and another pass over memory. Null
+  // otherwise (and always under check_finite, which must see every gradient).
+  Tensor* leaf_gradient_to_accumulate(std::size_t i) const;
 
  private:
   friend struct VariableNode;

@@ -92,7 +92,12 @@ class Linear : public FunctionNode {
     const Tensor& gy = grads[0];
     std::vector<Tensor> out(inputs().size());
     if (needs_input_grad(0)) out[0] = tandem::matmul(gy, saved()[1]).reshape(x_shape_);
-    if (needs_input_grad(1)) out[1] = tandem::matmul(gy, saved()[0], true, false);
+    if (needs_input_grad(1)) {
+      // W's gradient: straight into the parameter's gradient when it already holds earlier
+      // microbatches' (leaf_gradient_to_accumulate), else a new tensor for the engine.
+      if (Tensor* into = leaf_gradient_to_accumulate(1)) tandem::matmul_accumulate_(*into, gy, saved()[0], true, false);
+      else out[1] = tandem::matmul(gy, saved()[0], true, false);
+    }
     if (out.size() == 3 && needs_input_grad(2)) out[2] = tandem::sum(gy, {0});
     return out;
   }

@@ -264,3 +264,24 @@ TEST_CASE("linear rejects an input without a feature axis", "[linalg][errors]") 
   tandem::Variable W(tandem::zeros({3, 1}, tandem::DType::f64), true);
   REQUIRE_THROWS_WITH(tandem::F::linear(x, W), Catch::Contains("linear") && Catch::Contains("[4]"));
 }
+
+TEST_CASE("linear: a parameter's gradient accumulates in place across backward calls", "[linalg]") {
+  namespace F = tandem::functions;
+  const Tensor x1 = uniform({3, 5}, 1), x2 = uniform({2, 5}, 2);
+  Variable W(uniform({4, 5}, 3), true), b(uniform({4}, 4), true);
+  // Each backward's contribution to W's gradient: sum over rows of x (the seed is ones).
+  const Tensor g1 = matmul(ones({3, 4}, DType::f64), x1, true, false), g2 = matmul(ones({2, 4}, DType::f64), x2, true, false);
+  F::sum(F::linear(Variable(x1), W, b)).backward();
+  const void* memory = W.grad().raw_data();
+  F::sum(F::linear(Variable(x2), W, b)).backward();
+  // Added into the same memory (fused), with the same value as two separate gradients summed.
+  CHECK(W.grad().raw_data() == memory);
+  const std::vector<double> got = W.grad().to_vector<double>(), want = add(g1, g2).to_vector<double>();
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-14));
+  // A gradient the user holds is not written into: the next backward makes a new one.
+  const Tensor held = W.grad();
+  F::sum(F::linear(Variable(x1), W, b)).backward();
+  CHECK(held.to_vector<double>() == got);
+  const std::vector<double> three = W.grad().to_vector<double>(), want3 = add(add(g1, g2), g1).to_vector<double>();
+  for (std::size_t i = 0; i < three.size(); ++i) CHECK(three[i] == Approx(want3[i]).epsilon(1e-14));
+}
