@@ -13,9 +13,10 @@
 // every step, the step's time is the max over ranks, warm-up then timed steps, median. Each
 // pipeline line also carries Pipeline::step's own time (pipeline_ms, the step without the
 // optimizer's update) and beside it the simulator's prediction from the costs measured on its
-// own last step (comm/pipeline/profile.h: per-stage compute times and bytes, the link measured by a
-// ping-pong of one activation): predicted_ms, the predicted bubble, and per rank the most
-// tensor bytes alive during the step (peak_mb_r<r>): 1F1B keeps fewer microbatches than GPipe.
+// own timed steps (comm/pipeline/profile.h: per stage the median compute time of its forwards
+// and backwards, the bytes; the link measured by a ping-pong of one activation): predicted_ms,
+// the predicted bubble, and per rank the most tensor bytes alive during the step
+// (peak_mb_r<r>): 1F1B keeps fewer microbatches than GPipe.
 //
 //   bazel build -c opt //bench:pipeline_bench
 //   OMP_NUM_THREADS=1 /usr/bin/mpiexec.mpich -n 2 bazel-bin/bench/pipeline_bench   (pipelines)
@@ -154,6 +155,7 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
   SGD opt(0.01);
   opt.setup(pipe);
   std::vector<double> times, pipe_times;  // the whole step; Pipeline::step alone
+  std::vector<pipeline::MeasuredStep> costs;  // every timed step's (outside the timing)
   double loss = 0;
   for (int i = 0; i < warmup() + iters(); ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -165,6 +167,7 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
     if (i >= warmup()) {
       times.push_back(dt);
       pipe_times.push_back(pipe->last_profile().step_s * 1e3);
+      costs.push_back(pipeline::measure_last_step(*pipe, pipeline::LinkModel{}));
     }
   }
   std::vector<double> tmax(times.size()), pipe_max(times.size());
@@ -178,7 +181,20 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
   const std::int64_t most = static_cast<std::int64_t>(comm->allreduce(full({}, double(activation), DType::f64),
                                                                       AllreduceOp::sum).item());
   const pipeline::LinkModel link = pipeline::measure_link(*comm, std::max<std::int64_t>(most / ranks, 8));
-  const pipeline::MeasuredStep measured = pipeline::measure_last_step(*pipe, link);
+  // The simulator's inputs: each stage's median forward and backward over the timed steps (one
+  // step alone varies by 20% on this shared machine), the bytes, and the link.
+  pipeline::MeasuredStep measured = costs.back();
+  measured.options.link = link;
+  for (std::size_t s = 0; s < measured.options.stage_costs.size(); ++s) {
+    std::vector<double> forwards, backwards;
+    for (const pipeline::MeasuredStep& c : costs) {
+      forwards.push_back(c.options.stage_costs[s].forward_s);
+      backwards.push_back(c.options.stage_costs[s].backward_s);
+    }
+    // (summarize takes any unit: these are seconds.)
+    measured.options.stage_costs[s].forward_s = bench::summarize(forwards).median_ms;
+    measured.options.stage_costs[s].backward_s = bench::summarize(backwards).median_ms;
+  }
   const pipeline::SimulationResult predicted = pipeline::simulate(pipe->schedule(), measured.options);
   if (comm->rank() != 0) return;
   const bench::Stats s = bench::summarize(std::move(tmax));
