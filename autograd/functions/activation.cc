@@ -1,5 +1,7 @@
 #include "autograd/functions/activation.h"
 
+#include "autograd/functions/arithmetic.h"
+
 #include "autograd/function_node.h"
 #include "core/ops.h"
 
@@ -72,6 +74,12 @@ Variable relu(const Variable& x) { return call<Relu>({x})[0]; }
 Variable leaky_relu(const Variable& x, double slope) { return call<LeakyRelu>({x}, slope)[0]; }
 Variable sigmoid(const Variable& x) { return call<Sigmoid>({x})[0]; }
 Variable tanh(const Variable& x) { return call<Tanh>({x})[0]; }
+
+Variable gelu(const Variable& x) {
+  const double k = 0.7978845608028654;  // sqrt(2 / pi)
+  const Variable inner = mul(add(x, mul(mul(mul(x, x), x), 0.044715)), k);
+  return mul(mul(x, add(tanh(inner), 1.0)), 0.5);
+}
 
 }  // namespace functions
 }  // namespace tandem

@@ -3,6 +3,9 @@
 #include <utility>
 
 #include "autograd/function_node.h"
+#include "autograd/functions/arithmetic.h"
+#include "autograd/functions/exponential.h"
+#include "autograd/functions/reduction.h"
 #include "core/ops.h"
 #include "core/ops/normalization.h"
 
@@ -132,6 +135,21 @@ Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, con
                                    const Variable& mean, const Variable& var, double eps) {
   TANDEM_CHECK(eps >= 0, "fixed_batch_normalization: eps must not be negative, got ", eps);
   return call<FixedBatchNormalization>({x, gamma, beta, mean, var}, eps)[0];
+}
+
+Variable layer_normalization(const Variable& x, const Variable& gamma, const Variable& beta, double eps) {
+  TANDEM_CHECK(x.defined() && x.dim() >= 1 && gamma.defined() && beta.defined() && gamma.dim() == 1 &&
+                   beta.dim() == 1 && gamma.shape()[0] == x.shape().back() && beta.shape()[0] == x.shape().back(),
+               "layer_normalization: x must be [..., features] with gamma and beta [features], got x ",
+               x.defined() ? x.description() : std::string("undefined"), ", gamma ",
+               gamma.defined() ? gamma.description() : std::string("undefined"), ", beta ",
+               beta.defined() ? beta.description() : std::string("undefined"));
+  TANDEM_CHECK(eps > 0, "layer_normalization: eps must be positive, got ", eps);
+  const std::int64_t last = static_cast<std::int64_t>(x.dim()) - 1;
+  const Variable centred = sub(x, mean(x, {last}, true));
+  const Variable variance = mean(mul(centred, centred), {last}, true);
+  const Variable normalised = div(centred, sqrt(add(variance, eps)));
+  return add(mul(normalised, gamma), beta);
 }
 
 }  // namespace functions

@@ -1,4 +1,4 @@
-// Batch normalisation.
+// Batch and layer normalisation.
 #pragma once
 
 #include "autograd/variable.h"
@@ -27,6 +27,12 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
 // inputs.
 Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
                                    const Variable& mean, const Variable& var, double eps = 2e-5);
+
+// Chainer's layer_normalization, over the last axis (the features of each row, any leading
+// axes): y = gamma * (x - mean) / sqrt(var + eps) + beta with the mean and biased variance of
+// each row, gamma and beta [features]. Composed of differentiable functions, so it runs on every
+// device; differentiable with respect to x, gamma and beta.
+Variable layer_normalization(const Variable& x, const Variable& gamma, const Variable& beta, double eps = 1e-6);
 
 }  // namespace functions
 }  // namespace tandem

@@ -9,6 +9,7 @@
 #include "layers/links/batch_normalization.h"
 #include "layers/links/convolution_2d.h"
 #include "layers/links/embed_id.h"
+#include "layers/links/layer_normalization.h"
 #include "layers/links/n_step_lstm.h"
 
 using namespace tandem;
@@ -119,4 +120,23 @@ TEST_CASE("Convolution2D infers its input channels and matches the function", "[
   REQUIRE(conv.b().grad().to_vector<float>() == std::vector<float>(4, 50.0f));  // N * H * W
   REQUIRE_THROWS_WITH(Convolution2D(3, 4, Convolution2DOptions::make(3)).forward(Variable(randn({1, 2, 5, 5}, gen))),
                       Catch::Contains("[1, 2, 5, 5]"));
+}
+
+TEST_CASE("LayerNormalization: gamma (ones) and beta (zeros) named like Chainer's, the function applied",
+          "[links][layernorm]") {
+  LayerNormalization ln(4, 1e-6, DType::f64);
+  REQUIRE(ln.namedparams().size() == 2);
+  CHECK(ln.namedparams()[0].first == "gamma");
+  CHECK(ln.namedparams()[1].first == "beta");
+  CHECK(ln.gamma().data().to_vector<double>() == std::vector<double>(4, 1.0));
+  CHECK(ln.beta().data().to_vector<double>() == std::vector<double>(4, 0.0));
+  ln.gamma().set_data(from_vector(std::vector<double>{1, 2, 3, 4}, {4}));
+  ln.beta().set_data(from_vector(std::vector<double>{0, 1, 0, 1}, {4}));
+  const Tensor x = from_vector(std::vector<double>{1, 2, 3, 4, -1, 0, 1, 2}, {2, 4});
+  const Variable y = ln(Variable(x));
+  const Variable want = functions::layer_normalization(Variable(x), ln.gamma(), ln.beta(), 1e-6);
+  CHECK(y.data().to_vector<double>() == want.data().to_vector<double>());
+  // Row 0: (x - 2.5) / sqrt(1.25 + 1e-6) * gamma + beta.
+  CHECK(y.data().to_vector<double>()[3] == Approx(1.5 / std::sqrt(1.25 + 1e-6) * 4 + 1).epsilon(1e-12));
+  CHECK_THROWS_WITH(LayerNormalization(0), Catch::Matchers::Contains("LayerNormalization: size and eps must be positive"));
 }

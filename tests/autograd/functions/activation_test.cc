@@ -114,3 +114,23 @@ TEST_CASE("activations in f32 agree with f64", "[activation][f32]") {
   gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::sigmoid(v[0])}; }, {x});
   gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::tanh(v[0])}; }, {x});
 }
+
+TEST_CASE("gelu: the tanh form's values and gradients", "[activation][gradcheck]") {
+  std::uint64_t seed = 40;
+  for (const Shape& shape : shapes()) {
+    INFO("shape " << shape_str(shape));
+    const Tensor x = uniform(shape, seed++, -3, 3);
+    REQUIRE_GRADCHECK([](const Variables& v) -> Variables { return {F::gelu(v[0])}; }, {x});
+    const std::vector<double> in = x.to_vector<double>(), out = F::gelu(Variable(x)).data().to_vector<double>();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const double v = in[i];
+      const double want = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      CHECK(out[i] == Approx(want).epsilon(1e-14).margin(1e-15));
+    }
+  }
+  // Known values: gelu(0) = 0, gelu(1) = 0.8411920..., gelu(-1) = -0.1588079...
+  const std::vector<double> y = F::gelu(Variable(from_vector(std::vector<double>{0, 1, -1}, {3}))).data().to_vector<double>();
+  CHECK(y[0] == 0);
+  CHECK(y[1] == Approx(0.8411919906082768).epsilon(1e-12));
+  CHECK(y[2] == Approx(-0.15880800939172324).epsilon(1e-12));
+}

@@ -169,3 +169,32 @@ TEST_CASE("batch normalisation in f32 agrees with f64", "[normalization][f32]") 
   gc_util::check_f32_against_f64(fixed_bn, {uniform({4, 3}, 73, -2, 2), uniform({3}, 74, 0.5, 1.5), uniform({3}, 75),
                                             uniform({3}, 76), uniform({3}, 77, 0.5, 1.5)});
 }
+
+TEST_CASE("layer_normalization: each row normalised over its last axis, gradients of x, gamma, beta",
+          "[normalization][gradcheck]") {
+  for (const Shape& shape : std::vector<Shape>{{4, 5}, {2, 3, 6}, {1, 7}}) {
+    INFO("shape " << shape_str(shape));
+    const std::int64_t features = shape.back();
+    const Tensor x = uniform(shape, 60, -2, 2), gamma = uniform({features}, 61, 0.5, 1.5),
+                 beta = uniform({features}, 62, -1, 1);
+    REQUIRE_GRADCHECK(
+        [](const Variables& v) -> Variables { return {F::layer_normalization(v[0], v[1], v[2], 1e-5)}; },
+        {x, gamma, beta});
+    // With gamma = 1 and beta = 0 every row has mean 0 and (biased) variance 1 / (1 + eps / var).
+    const Tensor y = F::layer_normalization(Variable(x), Variable(ones({features}, DType::f64)),
+                                            Variable(zeros({features}, DType::f64)), 1e-12)
+                         .data();
+    const std::vector<double> v = y.to_vector<double>();
+    for (std::size_t row = 0; row < v.size() / features; ++row) {
+      double m = 0, s = 0;
+      for (std::int64_t j = 0; j < features; ++j) m += v[row * features + j];
+      m /= features;
+      for (std::int64_t j = 0; j < features; ++j) s += (v[row * features + j] - m) * (v[row * features + j] - m);
+      CHECK(std::abs(m) < 1e-12);
+      CHECK(s / features == Approx(1).epsilon(1e-9));
+    }
+  }
+  CHECK_THROWS_WITH(F::layer_normalization(Variable(uniform({2, 3}, 1)), Variable(ones({4}, DType::f64)),
+                                           Variable(zeros({4}, DType::f64))),
+                    Contains("layer_normalization: x must be [..., features] with gamma and beta [features]"));
+}
