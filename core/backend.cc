@@ -20,6 +20,18 @@ void Backend::concat(const std::vector<Tensor>& xs, int axis, Tensor& out) {
   }
 }
 
+bool Backend::lstm_sequence_forward(const LstmSequenceShape&, const Tensor&, const Tensor&, const Tensor&,
+                                    const std::vector<Tensor>&, bool, Tensor&, Tensor&, Tensor&, Tensor&, Tensor&) {
+  return false;  // no fused LSTM: n_step_lstm runs cell by cell
+}
+
+void Backend::lstm_sequence_backward(const LstmSequenceShape&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, bool, Tensor&, Tensor&, Tensor&, std::vector<Tensor>&) {
+  TANDEM_FAIL("lstm_sequence_backward: the ", type() == DeviceType::cpu ? "CPU" : "CUDA",
+              " backend has no fused LSTM (its forward returned false)");
+}
+
 Backend& backend_for(const Device& device, const char* op) {
   if (device.is_cpu()) return cpu_backend();
   TANDEM_CHECK(cuda_backend != nullptr, op, ": tensor on ", device.str(),

@@ -66,6 +66,14 @@ struct AdamStep {
   bool amsgrad = false;
 };
 
+// The packed, time-major batch of a fused LSTM (Backend::lstm_sequence_forward): B sequences
+// sorted by decreasing length (every one at least 1 long), step t holding one row per sequence
+// still running, the sequences in that order; N rows in all.
+struct LstmSequenceShape {
+  std::int64_t layers = 0, hidden = 0, input_size = 0;
+  std::vector<std::int64_t> lengths;  // per sequence, decreasing
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -187,6 +195,27 @@ class Backend {
   // c_prev into gc_prev, which may be gc itself.
   virtual void lstm_cell_backward(const Tensor& activations, const Tensor& c_prev, const Tensor& c,
                                   const Tensor& gh, const Tensor& gc, Tensor& ggates, Tensor& gc_prev) = 0;
+
+  // A whole multi-layer LSTM (n_step_lstm without dropout) in one call, on devices that have a
+  // fused one (the CUDA backend: cuDNN's RNN, as PyTorch's nn.LSTM); the cell-by-cell path
+  // above is the reference and the fallback. Unlike the other kernels these allocate their
+  // outputs, whose layout only the backend knows. The batch is packed time-major (see
+  // LstmSequenceShape); `weights` holds per layer l ws[l][0..7] then bs[l][0..7] at 16 l + j
+  // (n_step_lstm's order: input side i, f, a, o, then the hidden side). forward returns false,
+  // touching nothing, when the backend has no fused LSTM for these arguments; otherwise y
+  // [N, H] (the top layer's h at every row of x), hy and cy [L, B, H], and two opaque tensors for
+  // backward: the backend's packed weights and (training only) its reserve.
+  virtual bool lstm_sequence_forward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx,
+                                     const Tensor& cx, const std::vector<Tensor>& weights, bool training,
+                                     Tensor& y, Tensor& hy, Tensor& cy, Tensor& packed_weights, Tensor& reserve);
+  // Its backward (only after a training forward that returned true): gx [N, in], ghx and gcx
+  // [L, B, H] and, when weight_grads, one gradient per tensor of `weights` in its shape (views of
+  // one buffer, which they share).
+  virtual void lstm_sequence_backward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx,
+                                      const Tensor& cx, const Tensor& packed_weights, const Tensor& reserve,
+                                      const Tensor& y, const Tensor& gy, const Tensor& ghy, const Tensor& gcy,
+                                      bool weight_grads, Tensor& gx, Tensor& ghx, Tensor& gcx,
+                                      std::vector<Tensor>& gweights);
 
   // Batch normalisation over x viewed as [outer, channels, inner]; per-channel tensors are
   // [channels] of x's dtype. Mean and biased variance of each channel over outer and inner.

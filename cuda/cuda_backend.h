@@ -69,6 +69,14 @@ class CudaBackend final : public Backend {
   void lstm_cell_forward(Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) override;
   void lstm_cell_backward(const Tensor& activations, const Tensor& c_prev, const Tensor& c, const Tensor& gh,
                           const Tensor& gc, Tensor& ggates, Tensor& gc_prev) override;
+  // rnn.cu: the whole LSTM on cuDNN's RNN API
+  bool lstm_sequence_forward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx, const Tensor& cx,
+                             const std::vector<Tensor>& weights, bool training, Tensor& y, Tensor& hy, Tensor& cy,
+                             Tensor& packed_weights, Tensor& reserve) override;
+  void lstm_sequence_backward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx, const Tensor& cx,
+                              const Tensor& packed_weights, const Tensor& reserve, const Tensor& y, const Tensor& gy,
+                              const Tensor& ghy, const Tensor& gcy, bool weight_grads, Tensor& gx, Tensor& ghx,
+                              Tensor& gcx, std::vector<Tensor>& gweights) override;
   void batch_norm_stats(const Tensor& x, std::int64_t outer, std::int64_t channels, std::int64_t inner,
                         Tensor& mean, Tensor& var) override;
   void channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, const Tensor& zscale,

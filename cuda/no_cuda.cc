@@ -19,6 +19,12 @@ void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
 void set_deterministic(bool) {}
 bool deterministic() { return true; }
+void set_cudnn_benchmark(bool) {}
+bool cudnn_benchmark() { return false; }
+void set_conv_direct_only(bool) {}
+bool conv_direct_only() { return true; }
+void set_cudnn_rnn(bool) {}
+bool cudnn_rnn() { return false; }
 MemoryStats memory_stats(int index) {
   require_device(index, "cuda::memory_stats");
   return {};

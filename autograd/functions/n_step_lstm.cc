@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "autograd/function_node.h"
@@ -101,6 +102,10 @@ class NStepLSTM : public FunctionNode {
     const Tensor pack_idx = index_tensor(pack, device), unpack_idx = index_tensor(unpack, device);
     const Tensor order_idx = index_tensor(order, device), rank_idx = index_tensor(rank, device);
     const Tensor final_idx = index_tensor(final_rows, device);
+    // The whole LSTM in one call where the device has it (cuDNN on a GPU). Dropout between
+    // layers and empty sequences stay on the cell-by-cell path below, the reference.
+    if (!use_dropout_ && !any_empty)
+      if (std::optional<std::vector<Tensor>> outputs = forward_fused(in, pack_idx, unpack_idx)) return *outputs;
 
     std::vector<Tensor> saved{pack_idx, unpack_idx, order_idx, rank_idx};
     std::vector<Tensor> xs;
@@ -155,6 +160,7 @@ class NStepLSTM : public FunctionNode {
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (fused_) return backward_fused(grads);
     const std::int64_t L = layout_.layers, B = layout_.batch, N = total_;
     std::vector<Tensor> out(layout_.num_inputs());
     const std::vector<Tensor>& s = saved();
@@ -176,9 +182,8 @@ class NStepLSTM : public FunctionNode {
 
     const Tensor& ghy = grads[0];
     const Tensor& gcy = grads[1];
-    std::vector<Tensor> gys(grads.begin() + 2, grads.end());
     // The gradient arriving at each packed hidden state of the current layer.
-    Tensor gHs = take_rows_trusted(B == 1 ? gys[0] : concat(gys, 0), pack_idx, "n_step_lstm");
+    Tensor gHs = packed_output_grads(grads, pack_idx);
     std::vector<Tensor> ghx(L), gcx(L);
 
     for (std::int64_t l = L - 1; l >= lowest; --l) {
@@ -257,6 +262,92 @@ class NStepLSTM : public FunctionNode {
   }
 
  private:
+  // The gradient of ys concatenated and packed like the input rows.
+  Tensor packed_output_grads(const std::vector<Tensor>& grads, const Tensor& pack_idx) const {
+    std::vector<Tensor> gys(grads.begin() + 2, grads.end());
+    return take_rows_trusted(layout_.batch == 1 ? gys[0] : concat(gys, 0), pack_idx, "n_step_lstm");
+  }
+
+  // Rows of a state [L, B, H] gathered through an [L * B] index (between the user's order of the
+  // sequences and the sorted one).
+  Tensor gather_state(const Tensor& state, const Tensor& idx) const {
+    const std::int64_t L = layout_.layers, B = layout_.batch;
+    return take_rows_trusted(state.reshape({L * B, H_}), idx, "n_step_lstm").reshape({L, B, H_});
+  }
+
+  // The fused forward (core/ops/recurrent.h): nullopt when the device has none, else the outputs.
+  std::optional<std::vector<Tensor>> forward_fused(const std::vector<Tensor>& in, const Tensor& pack_idx,
+                                                   const Tensor& unpack_idx) {
+    const std::int64_t L = layout_.layers, B = layout_.batch;
+    const Tensor& w00 = in[layout_.w(0, 0)];
+    LstmSequenceShape shape;
+    shape.layers = L;
+    shape.hidden = H_;
+    shape.input_size = w00.size(1);
+    for (std::int64_t r = 0; r < B; ++r) shape.lengths.push_back(lengths_[order_[r]]);
+    std::vector<std::int64_t> sort(L * B), unsort(L * B);
+    for (std::int64_t l = 0; l < L; ++l)
+      for (std::int64_t i = 0; i < B; ++i) {
+        sort[l * B + i] = l * B + order_[i];
+        unsort[l * B + i] = l * B + rank_[i];
+      }
+    const Tensor sort_idx = index_tensor(sort, w00.device()), unsort_idx = index_tensor(unsort, w00.device());
+    std::vector<Tensor> xs, weights;
+    for (std::int64_t i = 0; i < B; ++i) xs.push_back(in[layout_.x(i)]);
+    for (std::int64_t l = 0; l < L; ++l) {
+      for (std::int64_t j = 0; j < kWeightsPerLayer; ++j) weights.push_back(in[layout_.w(l, j)]);
+      for (std::int64_t j = 0; j < kWeightsPerLayer; ++j) weights.push_back(in[layout_.b(l, j)]);
+    }
+    const Tensor x = take_rows_trusted(B == 1 ? xs[0] : concat(xs, 0), pack_idx, "n_step_lstm");
+    const Tensor hx = gather_state(in[layout_.hx()], sort_idx), cx = gather_state(in[layout_.cx()], sort_idx);
+    std::optional<LstmSequence> r = lstm_sequence_forward(shape, x, hx, cx, weights, recording());
+    if (!r) return std::nullopt;
+    fused_ = true;
+    fused_shape_ = shape;
+    if (recording()) save_for_backward({pack_idx, unpack_idx, sort_idx, unsort_idx, x, hx, cx, r->y,
+                                        r->packed_weights, r->reserve});
+    std::vector<Tensor> outputs{gather_state(r->hy, unsort_idx), gather_state(r->cy, unsort_idx)};
+    const Tensor ys = take_rows_trusted(r->y, unpack_idx, "n_step_lstm");
+    for (std::int64_t i = 0; i < B; ++i) outputs.push_back(ys.slice_rows(starts_[i], starts_[i] + lengths_[i]));
+    return outputs;
+  }
+
+  std::vector<Tensor> backward_fused(const std::vector<Tensor>& grads) {
+    const std::int64_t L = layout_.layers, B = layout_.batch;
+    std::vector<Tensor> out(layout_.num_inputs());
+    const std::vector<Tensor>& s = saved();
+    const Tensor &pack_idx = s[0], &unpack_idx = s[1], &sort_idx = s[2], &unsort_idx = s[3];
+    const Tensor &x = s[4], &hx = s[5], &cx = s[6];
+    LstmSequence forward;
+    forward.y = s[7];
+    forward.packed_weights = s[8];
+    forward.reserve = s[9];
+    bool any_x = false, weight_grads = false;
+    for (std::int64_t i = 0; i < B; ++i) any_x = any_x || needs_input_grad(layout_.x(i));
+    for (std::int64_t l = 0; l < L; ++l)
+      for (std::int64_t j = 0; j < kWeightsPerLayer; ++j)
+        weight_grads = weight_grads || needs_input_grad(layout_.w(l, j)) || needs_input_grad(layout_.b(l, j));
+    if (!any_x && !weight_grads && !needs_input_grad(layout_.hx()) && !needs_input_grad(layout_.cx())) return out;
+
+    const LstmSequenceGrads g =
+        lstm_sequence_backward(fused_shape_, forward, x, hx, cx, packed_output_grads(grads, pack_idx),
+                               gather_state(grads[0], sort_idx), gather_state(grads[1], sort_idx), weight_grads);
+    if (needs_input_grad(layout_.hx())) out[layout_.hx()] = gather_state(g.ghx, unsort_idx);
+    if (needs_input_grad(layout_.cx())) out[layout_.cx()] = gather_state(g.gcx, unsort_idx);
+    if (any_x) {
+      const Tensor gx = take_rows_trusted(g.gx, unpack_idx, "n_step_lstm");
+      for (std::int64_t i = 0; i < B; ++i)
+        if (needs_input_grad(layout_.x(i))) out[layout_.x(i)] = gx.slice_rows(starts_[i], starts_[i] + lengths_[i]);
+    }
+    if (weight_grads)
+      for (std::int64_t l = 0; l < L; ++l)
+        for (std::int64_t j = 0; j < kWeightsPerLayer; ++j) {
+          if (needs_input_grad(layout_.w(l, j))) out[layout_.w(l, j)] = g.gweights[16 * l + j];
+          if (needs_input_grad(layout_.b(l, j))) out[layout_.b(l, j)] = g.gweights[16 * l + 8 + j];
+        }
+    return out;
+  }
+
   // Shapes, dtypes and devices of every input, with messages naming the argument.
   void check(const std::vector<Tensor>& in) const {
     const std::int64_t L = layout_.layers, B = layout_.batch;
@@ -333,6 +424,8 @@ class NStepLSTM : public FunctionNode {
   bool use_dropout_;
   std::int64_t H_ = 0, total_ = 0, steps_ = 0;
   std::vector<std::int64_t> lengths_, starts_, order_, rank_, batch_sizes_, offsets_;
+  bool fused_ = false;  // forward ran on the device's fused LSTM (saved() holds its tensors)
+  LstmSequenceShape fused_shape_;
 };
 
 }  // namespace

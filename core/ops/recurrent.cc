@@ -21,7 +21,68 @@ void check_same(const Tensor& t, const Tensor& like, const char* what, const cha
                like.description());
 }
 
+// The packed batch of `shape` against x, the states and the weights (the fused path's inputs
+// come from n_step_lstm, which has checked the user's tensors; this guards the layout).
+void check_sequence(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx, const Tensor& cx,
+                    const char* op) {
+  ops_detail::check_compatible({&x, &hx, &cx}, op);
+  ops_detail::check_floating(x, op);
+  std::int64_t rows = 0;
+  for (std::size_t i = 0; i < shape.lengths.size(); ++i) {
+    TANDEM_CHECK(shape.lengths[i] >= 1 && (i == 0 || shape.lengths[i] <= shape.lengths[i - 1]), op,
+                 ": the sequence lengths must be at least 1 and decreasing, got ", shape.lengths[i], " at ", i);
+    rows += shape.lengths[i];
+  }
+  const std::int64_t B = static_cast<std::int64_t>(shape.lengths.size());
+  TANDEM_CHECK(B >= 1, op, ": no sequence");
+  TANDEM_CHECK(x.shape() == Shape({rows, shape.input_size}), op, ": x ", x.description(), " must be [N, in] = [",
+               rows, ", ", shape.input_size, "]");
+  const Shape state{shape.layers, B, shape.hidden};
+  TANDEM_CHECK(hx.shape() == state && cx.shape() == state, op, ": hx ", hx.description(), " and cx ",
+               cx.description(), " must be [L, B, H] = ", state);
+}
+
 }  // namespace
+
+std::optional<LstmSequence> lstm_sequence_forward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx,
+                                                  const Tensor& cx, const std::vector<Tensor>& weights,
+                                                  bool training) {
+  const char* op = "lstm_sequence_forward";
+  check_sequence(shape, x, hx, cx, op);
+  TANDEM_CHECK(static_cast<std::int64_t>(weights.size()) == 16 * shape.layers, op, ": ", weights.size(),
+               " weights for ", shape.layers, " layers (needs 16 per layer)");
+  for (std::size_t k = 0; k < weights.size(); ++k) {
+    const std::int64_t l = static_cast<std::int64_t>(k) / 16, j = static_cast<std::int64_t>(k) % 16;
+    const Shape expected = j >= 8 ? Shape{shape.hidden}
+                                  : Shape{shape.hidden, j < 4 && l == 0 ? shape.input_size : shape.hidden};
+    ops_detail::check_compatible({&x, &weights[k]}, op);
+    TANDEM_CHECK(weights[k].shape() == expected, op, ": weight ", k, " ", weights[k].description(), " must be ",
+                 expected);
+  }
+  LstmSequence r;
+  if (!backend_for(x.device(), op)
+           .lstm_sequence_forward(shape, x, hx, cx, weights, training, r.y, r.hy, r.cy, r.packed_weights, r.reserve))
+    return std::nullopt;
+  return r;
+}
+
+LstmSequenceGrads lstm_sequence_backward(const LstmSequenceShape& shape, const LstmSequence& forward,
+                                         const Tensor& x, const Tensor& hx, const Tensor& cx, const Tensor& gy,
+                                         const Tensor& ghy, const Tensor& gcy, bool weight_grads) {
+  const char* op = "lstm_sequence_backward";
+  check_sequence(shape, x, hx, cx, op);
+  TANDEM_CHECK(forward.reserve.defined(), op, ": the forward did not run in training mode");
+  ops_detail::check_compatible({&x, &gy, &ghy, &gcy}, op);
+  TANDEM_CHECK(gy.shape() == forward.y.shape(), op, ": gy ", gy.description(), " must be shaped like y ",
+               forward.y.description());
+  TANDEM_CHECK(ghy.shape() == hx.shape() && gcy.shape() == hx.shape(), op, ": ghy ", ghy.description(),
+               " and gcy ", gcy.description(), " must be shaped like hx ", hx.description());
+  LstmSequenceGrads g;
+  backend_for(x.device(), op)
+      .lstm_sequence_backward(shape, x, hx, cx, forward.packed_weights, forward.reserve, forward.y, gy,
+                              ghy, gcy, weight_grads, g.gx, g.ghx, g.gcx, g.gweights);
+  return g;
+}
 
 void lstm_cell_forward_(Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) {
   const char* op = "lstm_cell_forward_";

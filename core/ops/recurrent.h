@@ -3,6 +3,10 @@
 // cuDNN's order and the order Chainer's n_step_lstm applies its W0..W3 / W4..W7 in.
 #pragma once
 
+#include <optional>
+#include <vector>
+
+#include "core/backend.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -24,5 +28,25 @@ struct LstmCellResult {
   Tensor c, h, activations;
 };
 LstmCellResult lstm_cell(const Tensor& gates, const Tensor& c_prev);
+
+// The whole multi-layer LSTM of n_step_lstm (no dropout between layers) in one call, where the
+// device has a fused one (cuDNN's RNN on a GPU; core/backend.h says the layout). std::nullopt
+// when it has none: the caller then runs lstm_cell_forward_ step by step.
+struct LstmSequence {
+  Tensor y, hy, cy;               // [N, H], [L, B, H], [L, B, H]
+  Tensor packed_weights, reserve;  // the backend's, for lstm_sequence_backward
+};
+std::optional<LstmSequence> lstm_sequence_forward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx,
+                                                  const Tensor& cx, const std::vector<Tensor>& weights,
+                                                  bool training);
+
+// The backward of a training lstm_sequence_forward from the gradients of y, hy and cy.
+struct LstmSequenceGrads {
+  Tensor gx, ghx, gcx;
+  std::vector<Tensor> gweights;  // like `weights` (when weight_grads)
+};
+LstmSequenceGrads lstm_sequence_backward(const LstmSequenceShape& shape, const LstmSequence& forward,
+                                         const Tensor& x, const Tensor& hx, const Tensor& cx, const Tensor& gy,
+                                         const Tensor& ghy, const Tensor& gcy, bool weight_grads);
 
 }  // namespace tandem

@@ -157,3 +157,70 @@ TEST_CASE("n_step_lstm numerical gradients on the GPU", "[recurrent][n_step_lstm
   const Problem q = make_problem(2, 3, 2, {2, 3}, 8, DType::f64);
   REQUIRE_GPU_GRADCHECK(lstm_fn(2, 2, 0.4, true, 99), q.inputs);
 }
+
+// n_step_lstm without dropout runs on cuDNN's RNN (cuda/rnn.cu); cuda::set_cudnn_rnn(false) runs
+// it cell by cell as on the CPU. Both paths on the GPU must agree, with the gradients of the
+// fused one landing as views of one gradient buffer (which shows it ran).
+TEST_CASE("n_step_lstm on cuDNN's RNN matches the cell-by-cell GPU path", "[recurrent][n_step_lstm][cudnn]") {
+  struct Case {
+    std::int64_t layers, in_size, units;
+    std::vector<std::int64_t> lengths;
+    bool with_states;
+  };
+  const std::vector<Case> cases = {
+      {1, 3, 4, {5}, true},
+      {2, 5, 6, {4, 4, 1}, false},
+      {3, 4, 5, {1, 6, 3, 6, 2}, true},  // unsorted lengths: the states go through the sort
+      {2, 256, 256, std::vector<std::int64_t>(64, 25), true},  // the benchmark's shape
+  };
+  REQUIRE(cuda::cudnn_rnn());  // on by default (off in a build without CUDA)
+  std::uint64_t seed = 500;
+  for (const Case& c : cases) {
+    INFO(c.layers << " layers, in " << c.in_size << ", units " << c.units << ", " << c.lengths.size()
+                  << " sequences");
+    const std::int64_t batch = static_cast<std::int64_t>(c.lengths.size());
+    for (DType dtype : {DType::f64, DType::f32}) {
+      INFO(dtype_name(dtype));
+      const Problem p = make_problem(c.layers, c.in_size, c.units, c.lengths, seed += 100, dtype);
+      TrainModeGuard train(true);
+      const GradcheckFunction fn = lstm_fn(c.layers, batch, 0, c.with_states);
+      cuda::set_cudnn_rnn(false);
+      const GraphResult cells = run_graph(fn, p.inputs, gpu(), 3);
+      cuda::set_cudnn_rnn(true);
+      const GraphResult fused = run_graph(fn, p.inputs, gpu(), 3);
+      const Tolerance value_tol = for_dtype(dtype, 2e-5, 1e-12), grad_tol = for_dtype(dtype, 1e-3, 1e-11);
+      for (std::size_t k = 0; k < cells.outputs.size(); ++k) {
+        INFO("output " << k);
+        REQUIRE_GPU_MATCHES(fused.outputs[k], to_cpu(cells.outputs[k]), value_tol);
+      }
+      for (std::size_t i = 0; i < cells.grads.size(); ++i) {
+        INFO("gradient of input " << i);
+        if (i < 2 && !c.with_states) continue;
+        REQUIRE_GPU_MATCHES(fused.grads[i], to_cpu(cells.grads[i]), grad_tol);
+      }
+      // ws[0][0] and bs[last][7]: views of cuDNN's one gradient buffer.
+      REQUIRE(fused.grads[2].shares_storage_with(fused.grads[2 + 16 * c.layers - 1]));
+      REQUIRE_FALSE(cells.grads[2].shares_storage_with(cells.grads[2 + 16 * c.layers - 1]));
+    }
+  }
+}
+
+TEST_CASE("n_step_lstm on cuDNN: a second backward through a kept graph gives the same gradients",
+          "[recurrent][n_step_lstm][cudnn]") {
+  // cuDNN's backward writes into the forward's reserve space; tandem runs it on a copy.
+  const Problem p = make_problem(2, 3, 4, {4, 2, 3}, 900, DType::f64);
+  Variables leaves;
+  for (const Tensor& t : p.inputs) leaves.emplace_back(t.to(gpu()).clone(), true);
+  TrainModeGuard train(true);
+  const Variables out = lstm_fn(2, 3, 0, true)(leaves);
+  const Variable loss = F::sum(F::mul(out[2], out[2]));
+  BackwardOptions keep;
+  keep.retain_graph = true;
+  loss.backward(keep);
+  const std::vector<Tensor> first = {leaves[0].grad().clone(), leaves[2].grad().clone(), leaves.back().grad().clone()};
+  for (Variable& v : leaves) v.cleargrad();
+  loss.backward();
+  REQUIRE_GPU_MATCHES(leaves[0].grad(), to_cpu(first[0]), near(1e-14));
+  REQUIRE_GPU_MATCHES(leaves[2].grad(), to_cpu(first[1]), near(1e-14));
+  REQUIRE_GPU_MATCHES(leaves.back().grad(), to_cpu(first[2]), near(1e-14));
+}
