@@ -10,7 +10,10 @@ can set tandem (BENCH_DEVICE=cuda:0) beside PyTorch on the same GPU. Lines are i
                                             cross-entropy, SGD lr 0.01 / Adam lr 1e-3, 20 batches
   conv.train.sgd.gpu, conv.infer.gpu        64x1x28x28, conv3x3(64)-relu-conv3x3(64)-relu-pool2-
                                             conv3x3(128)-relu-conv3x3(128)-relu-pool2-linear(6272->10),
-                                            SGD(0.01, momentum 0.9), 4 batches
+                                            SGD(0.01, momentum 0.9), 4 batches; PyTorch's deterministic
+                                            mode (cudnn.deterministic = True, cudnn.benchmark = False)
+  conv.train.sgd.gpu.torchmode, ...         the same in PyTorch's default mode (cudnn.deterministic =
+  conv.infer.gpu.torchmode                  False, cudnn.benchmark = True)
   lstm.fixed.train.adam.gpu                 embedding 1000->256, 2-layer LSTM(256), linear 256->1000,
                                             cross-entropy over all tokens, batch 64 x 25, Adam 1e-3
   lstm.packed.train.adam.gpu                the same, lengths uniform in [5, 25] (pack_padded_sequence)
@@ -24,7 +27,16 @@ synchronize too). The GEMM times `per_sample` back-to-back products per sample, 
 Precision: exact FP32 by default (TF32 off for cuBLAS matmuls, cuDNN convolutions and cuDNN
 RNNs); the ids ending .gpu.tf32 allow TF32. GEMM always runs both; the training steps run the
 TF32 variants too when BENCH_TF32=1. cudnn.benchmark is on (cuDNN's algorithm search, as
-gpu_raw_bench's cudnnFind*); BENCH_TORCH_CUDNN_BENCHMARK=0 turns it off.
+gpu_raw_bench's cudnnFind*) except in the CNN's deterministic rows; BENCH_TORCH_CUDNN_BENCHMARK=0
+turns it off everywhere.
+
+The CNN's two modes pair with tandem's (bench/train_step_bench.cc), which scripts/bench_gpu.sh
+sets side by side: its default (.gpu: deterministic, direct algorithms only, cuDNN's heuristics)
+against PyTorch's deterministic mode (deterministic algorithms, cuDNN's heuristics, which may still
+pick FFT or Winograd), and its PyTorch mode (.gpu.torchmode: benchmark, atomics, FFT/Winograd)
+against PyTorch's default. BENCH_TORCH_DETERMINISTIC_BENCHMARK=1 times the deterministic
+algorithms in the deterministic rows too (cudnn.benchmark = True: the choice, and so the last bits,
+may then differ between runs). Each line's tags say cudnn_benchmark= and cudnn_deterministic=.
 
 Environment, as tandem's benchmarks: BENCH_DEVICE (default cuda:0), BENCH_ONLY (words: mlp conv
 lstm gemm), BENCH_SCALE (fewer timed iterations, never below 3), BENCH_TF32.
@@ -119,12 +131,14 @@ def measure(warmup, iters, fn):
     return times
 
 
-def print_stats(name, target, tags, times, extra, per_sample=1):
+def print_stats(name, target, tags, times, extra, per_sample=1, suffix=""):
     times = [t / per_sample for t in times]
     median = statistics.median(times)
-    print(f"name=torch.{target.id(name)} {TAGS} tf32={int(target.tf32)} {tags} iters={len(times)} "
-          f"median_ms={median:.4f} min_ms={min(times):.4f} max_ms={max(times):.4f} {extra(median, min(times))}",
-          flush=True)
+    cudnn = torch.backends.cudnn
+    print(f"name=torch.{target.id(name)}{suffix} {TAGS} tf32={int(target.tf32)} "
+          f"cudnn_benchmark={int(cudnn.benchmark)} cudnn_deterministic={int(cudnn.deterministic)} {tags} "
+          f"iters={len(times)} median_ms={median:.4f} min_ms={min(times):.4f} max_ms={max(times):.4f} "
+          f"{extra(median, min(times))}", flush=True)
 
 
 def train_step(model_loss, optimizer):
@@ -208,7 +222,23 @@ class SmallVGG(nn.Module):
         return self.fc(h.flatten(1))
 
 
-def conv_benchmarks(t):
+# The CNN's modes: (id suffix, cudnn.deterministic, cudnn.benchmark); see the module's docstring.
+def conv_modes(benchmark):
+    deterministic_benchmark = benchmark and os.environ.get("BENCH_TORCH_DETERMINISTIC_BENCHMARK") == "1"
+    return [("", True, deterministic_benchmark), (".torchmode", False, benchmark)]
+
+
+def conv_benchmarks(t, suffix, deterministic, benchmark):
+    cudnn = torch.backends.cudnn
+    saved = (cudnn.deterministic, cudnn.benchmark)
+    cudnn.deterministic, cudnn.benchmark = deterministic, benchmark
+    try:
+        conv_step_and_inference(t, suffix)
+    finally:
+        cudnn.deterministic, cudnn.benchmark = saved
+
+
+def conv_step_and_inference(t, suffix):
     B, NB = 64, 4
 
     def conv_flops(cin, cout, hw):
@@ -233,7 +263,7 @@ def conv_benchmarks(t):
     times = measure(5, scaled(50), step)
     print_stats("conv.train.sgd", t, tags, times,
                 lambda m, _: f"gflops={3 * forward_flops / (m * 1e6):.1f} "
-                             f"samples_per_s={B / (m * 1e-3):.0f} loss={state['loss']:.3f}")
+                             f"samples_per_s={B / (m * 1e-3):.0f} loss={state['loss']:.3f}", suffix=suffix)
     model.eval()
 
     def infer():
@@ -244,7 +274,8 @@ def conv_benchmarks(t):
 
     times = measure(5, scaled(100), infer)
     print_stats("conv.infer", t, tags, times,
-                lambda m, _: f"gflops={forward_flops / (m * 1e6):.1f} samples_per_s={B / (m * 1e-3):.0f}")
+                lambda m, _: f"gflops={forward_flops / (m * 1e6):.1f} samples_per_s={B / (m * 1e-3):.0f}",
+                suffix=suffix)
 
 
 # ---- the recurrent models (libtorch_lstm.cpp) ---------------------------------------------------
@@ -396,7 +427,7 @@ def main():
     torch.backends.cudnn.benchmark = benchmark
     props = torch.cuda.get_device_properties(device)
     TAGS = (f"lib=torch-{kv(torch.__version__)} device=cuda:{device.index or 0} gpu={kv(props.name)} "
-            f"cuda={kv(torch.version.cuda)} cudnn={torch.backends.cudnn.version()} cudnn_benchmark={int(benchmark)}")
+            f"cuda={kv(torch.version.cuda)} cudnn={torch.backends.cudnn.version()}")
     print(f"# torch_gpu_bench: {props.name}, {props.multi_processor_count} SMs, "
           f"{props.total_memory / 2 ** 30:.1f} GiB, torch {torch.__version__}")
     print("# start", flush=True)
@@ -409,7 +440,8 @@ def main():
         if selected("mlp"):
             mlp_benchmarks(t)
         if selected("conv"):
-            conv_benchmarks(t)
+            for suffix, deterministic, conv_benchmark in conv_modes(benchmark):
+                conv_benchmarks(t, suffix, deterministic, conv_benchmark)
         if selected("lstm"):
             lstm_benchmarks(t)
     for tf32 in (False, True):

@@ -18,12 +18,18 @@
 // batches are copied to the device once before timing, and every timed call ends with the device
 // idle (a training step reads its loss back with item(), which waits; inference synchronizes).
 // The ids end in .gpu instead of .t<threads> (mlp.train.sgd.gpu, ...), more iterations are
-// timed, exact FP32; BENCH_TF32=1 adds the same with TF32 allowed (ids .gpu.tf32).
+// timed, exact FP32; BENCH_TF32=1 adds the same with TF32 allowed (ids .gpu.tf32). The CNN runs
+// twice there: in tandem's default choice of cuDNN algorithms (deterministic, direct algorithms
+// only, cuDNN's heuristics: conv.train.sgd.gpu, conv.infer.gpu) and in PyTorch's default one
+// (cuda::set_cudnn_benchmark, atomics allowed, FFT/Winograd admitted, products still exact FP32:
+// the same ids + .torchmode). bench/torch_gpu_bench.py prints PyTorch under both ids.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
@@ -124,7 +130,43 @@ class SmallVGG : public Chain {
   std::shared_ptr<Linear> fc_;
 };
 
-void conv_benchmarks(const bench::Target& t) {
+// How cuDNN's algorithms are chosen for the CNN on a GPU (the switches of cuda/cuda.h).
+struct ConvMode {
+  const char* suffix;  // of the ids
+  bool deterministic, benchmark, direct_only;
+  std::string tags() const {
+    return std::string(" deterministic=") + (deterministic ? "1" : "0") +
+           " cudnn_benchmark=" + (benchmark ? "1" : "0") + " conv_direct_only=" + (direct_only ? "1" : "0");
+  }
+};
+constexpr ConvMode kTandemMode{"", true, false, true};           // tandem's default: reproducible bits
+constexpr ConvMode kTorchMode{".torchmode", false, true, false};  // PyTorch's default (cudnn.benchmark)
+
+// Sets a mode for as long as it lives, then restores the switches as they were.
+class ConvModeScope {
+ public:
+  explicit ConvModeScope(const ConvMode& mode)
+      : deterministic_(cuda::deterministic()), benchmark_(cuda::cudnn_benchmark()),
+        direct_only_(cuda::conv_direct_only()) {
+    cuda::set_deterministic(mode.deterministic);
+    cuda::set_cudnn_benchmark(mode.benchmark);
+    cuda::set_conv_direct_only(mode.direct_only);
+  }
+  ~ConvModeScope() {
+    cuda::set_deterministic(deterministic_);
+    cuda::set_cudnn_benchmark(benchmark_);
+    cuda::set_conv_direct_only(direct_only_);
+  }
+  ConvModeScope(const ConvModeScope&) = delete;
+  ConvModeScope& operator=(const ConvModeScope&) = delete;
+
+ private:
+  bool deterministic_, benchmark_, direct_only_;
+};
+
+void conv_benchmarks(const bench::Target& t, const ConvMode& mode) {
+  std::optional<ConvModeScope> scope;  // the switches matter on a GPU only
+  if (t.gpu()) scope.emplace(mode);
   const int B = 64, NB = 4;
   auto conv_flops = [](double cin, double cout, double hw) { return 2.0 * B * cin * cout * 9 * hw * hw; };
   const double forward_flops = conv_flops(1, 64, 28) + conv_flops(64, 64, 28) + conv_flops(64, 128, 14) +
@@ -137,7 +179,7 @@ void conv_benchmarks(const bench::Target& t) {
     for (auto& l : labels) l = static_cast<std::int64_t>(gen.next() % 10);
     ts.emplace_back(from_vector(labels, {B}).to(t.device));
   }
-  const std::string tags = t.tags() + " batch=64";
+  const std::string tags = t.tags() + " batch=64" + (t.gpu() ? mode.tags() : "");
   manual_seed(0);
   auto model = std::make_shared<SmallVGG>();
   model->to(t.device);
@@ -151,7 +193,7 @@ void conv_benchmarks(const bench::Target& t) {
     sgd.update([&] { return l = F::softmax_cross_entropy((*model)(xs[i]), ts[i]); });
     loss = l.data().item();
   });
-  bench::print_stats(t.id("conv.train.sgd"), tags, s);
+  bench::print_stats(t.id("conv.train.sgd") + mode.suffix, tags, s);
   std::printf(" gflops=%.1f samples_per_s=%.0f loss=%.3f\n", 3 * forward_flops / (s.median_ms * 1e6),
               B / (s.median_ms * 1e-3), loss);
   NoGradGuard no_grad;
@@ -160,7 +202,7 @@ void conv_benchmarks(const bench::Target& t) {
     (*model)(xs[it++ % NB]);
     t.wait();
   });
-  bench::print_stats(t.id("conv.infer"), tags, si);
+  bench::print_stats(t.id("conv.infer") + mode.suffix, tags, si);
   std::printf(" gflops=%.1f samples_per_s=%.0f\n", forward_flops / (si.median_ms * 1e6), B / (si.median_ms * 1e-3));
   std::fflush(stdout);
 }
@@ -304,7 +346,10 @@ int main() {
     for (const bench::Target& t : bench::targets_from_env()) {
       t.apply();
       if (selected("mlp")) mlp_benchmarks(t);
-      if (selected("conv")) conv_benchmarks(t);
+      if (selected("conv")) {
+        conv_benchmarks(t, kTandemMode);
+        if (t.gpu()) conv_benchmarks(t, kTorchMode);
+      }
       if (selected("lstm")) lstm_benchmarks(t);
     }
   } catch (const std::exception& e) {

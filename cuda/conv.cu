@@ -10,13 +10,17 @@
 // taken (the backward passes' atomics-based ALGO_0 and the filter's ALGO_3 never are), and for
 // f32 by default only FMA math: CUDNN_DEFAULT_MATH may run f32 convolutions on TF32 tensor
 // cores on Ampere and later, while CUDNN_FMA_MATH restricts cuDNN to kernels using FMA
-// instructions, i.e. exact FP32. Unless TF32 is allowed (tandem::cuda::allow_tf32()), the
-// FFT/Winograd algorithms are left out too (see exact_mode). f64 runs with the default math,
+// instructions, i.e. exact FP32. Unless TF32 is allowed (tandem::cuda::allow_tf32()) or
+// cuda::set_conv_direct_only(false) was called, the FFT/Winograd algorithms are left out too (see
+// exact_mode). f64 runs with the default math,
 // which has no reduced-precision mode for doubles. The candidates that pass, then a short list
 // of direct deterministic fallbacks, are tried in order until one runs (a candidate whose
 // workspace query succeeded can still fail to run, or its workspace fail to allocate); the one
-// that ran is cached by device, pass, dtype, precision mode, geometry and pointer alignment.
-// TANDEM_CUDNN_VERBOSE=1 prints each cached choice to stderr.
+// that ran is cached by device, pass, dtype, precision mode, the switches, geometry and pointer
+// alignment. In benchmark mode (cuda::set_cudnn_benchmark(true), as PyTorch's
+// cudnn.benchmark) every other algorithm the rules admit joins the candidates, each is timed on
+// the call's inputs into a scratch output, and they are tried fastest first (see
+// by_measured_time). TANDEM_CUDNN_VERBOSE=1 prints each cached choice (and the times) to stderr.
 //
 // Batches are cut into chunks whose tensors have fewer than 2^31 elements (cuDNN's 4-D
 // descriptors take int sizes and strides); the weight gradient sums its chunks with beta = 1,
@@ -35,6 +39,7 @@
 #include "core/tensor.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/conv_timing.h"
 #include "cuda/cudnn_util.cuh"
 #include "cuda/kernel_util.cuh"
 
@@ -62,6 +67,10 @@ struct CudnnConv {
   bool fma_only;
   // Only algorithms with the same bits on every run (tandem::cuda::deterministic()).
   bool deterministic = true;
+  // Exact mode admits only direct algorithms (tandem::cuda::conv_direct_only(); see exact_mode).
+  bool direct_only = true;
+  // The candidates are timed, the fastest taken (tandem::cuda::cudnn_benchmark()).
+  bool benchmark = false;
   CudnnTensorDescriptor x, y;
   CudnnFilterDescriptor w;
   CudnnConvolutionDescriptor conv;
@@ -106,13 +115,15 @@ struct ConvAlgorithm {
 
 bool same_algorithm(const ConvAlgorithm& a, const ConvAlgorithm& b) { return a.algo == b.algo && a.math == b.math; }
 
-// Exact mode (f64, and f32 unless allow_tf32()): only algorithms that compute every output as
-// a sum over its own window. FFT, FFT_TILING, WINOGRAD and WINOGRAD_NONFUSED are deterministic
-// but transform the whole tile: an Inf/NaN in the input reaches outputs whose window does not
-// contain it (Inf - Inf in the transform), and FFT's rounding error is relative to the tensor's
-// largest magnitude, not to each output's terms, so they would not match the CPU reference.
-// Under allow_tf32() exactness is already given up and they are allowed.
-bool exact_mode(const CudnnConv& c) { return c.type == CUDNN_DATA_DOUBLE || c.fma_only; }
+// Exact mode (f64, and f32 unless allow_tf32(); unless conv_direct_only() is off): only
+// algorithms that compute every output as a sum over its own window. FFT, FFT_TILING, WINOGRAD
+// and WINOGRAD_NONFUSED are deterministic but transform the whole tile: an Inf/NaN in the input
+// reaches outputs whose window does not contain it (Inf - Inf in the transform), and FFT's
+// rounding error is relative to the tensor's largest magnitude, not to each output's terms, so
+// they would not match the CPU reference. Under allow_tf32() exactness is already given up and
+// they are allowed; with conv_direct_only() off the user accepts them in FP32 (still FMA math
+// for f32: fma_only does not depend on it), as PyTorch does by default.
+bool exact_mode(const CudnnConv& c) { return c.direct_only && (c.type == CUDNN_DATA_DOUBLE || c.fma_only); }
 
 // Whether `algo` of `pass` sums each output over its window (no FFT/Winograd transform).
 bool is_direct(ConvPass pass, int algo) {
@@ -175,7 +186,7 @@ std::int64_t pointer_alignment(const void* a, const void* b, const void* c) {
   return static_cast<std::int64_t>(bits & (~bits + 1));  // the lowest set bit
 }
 
-using ConvKey = std::array<std::int64_t, 20>;
+using ConvKey = std::array<std::int64_t, 22>;
 
 ConvKey make_key(int device, ConvPass pass, const CudnnConv& c, const Conv2DGeometry& g, std::int64_t out_channels,
                  std::int64_t groups, std::int64_t batch, std::int64_t alignment) {
@@ -184,7 +195,8 @@ ConvKey make_key(int device, ConvPass pass, const CudnnConv& c, const Conv2DGeom
           batch,      g.channels, g.height,   g.width,  out_channels,
           g.kernel_h, g.kernel_w, g.stride_y, g.stride_x,
           g.pad_y,    g.pad_x,    g.dilate_y, g.dilate_x,
-          groups,     alignment, c.deterministic ? 1 : 0};
+          groups,     alignment, c.deterministic ? 1 : 0,
+          c.direct_only ? 1 : 0, c.benchmark ? 1 : 0};
 }
 
 std::mutex& cache_mutex() {
@@ -306,13 +318,29 @@ std::vector<int> fallback_algorithms(ConvPass pass) {
   return {};
 }
 
+// The number of algorithms of `pass` (cudnnConvolution*Algo_t runs from 0 to it).
+int algorithm_count(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::forward: return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case ConvPass::backward_data: return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    case ConvPass::backward_filter: return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  }
+  return 0;
+}
+
 // Every algorithm worth trying, best first, and why the others were left out (for the
 // verbose line).
 struct RankedAlgorithms {
   std::vector<ConvAlgorithm> list;
-  int from_heuristics = 0;  // the first ones of `list`; the rest are fallbacks
+  int from_heuristics = 0;  // the first ones of `list`
+  int from_fallbacks = 0;   // the end of the fallbacks after them; the rest: benchmark mode's others
   int offered = 0, nondeterministic = 0, wrong_math = 0, transform = 0, no_workspace = 0;
 };
+
+const char* source_of(const RankedAlgorithms& ranked, std::size_t index) {
+  const int i = static_cast<int>(index);
+  return i < ranked.from_heuristics ? "heuristic" : i < ranked.from_fallbacks ? "fallback" : "searched";
+}
 
 RankedAlgorithms rank_algorithms(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c) {
   const std::size_t limit = workspace_limit(ctx);
@@ -350,6 +378,17 @@ RankedAlgorithms rank_algorithms(const DeviceContext& ctx, ConvPass pass, const 
   ranked.from_heuristics = static_cast<int>(ranked.list.size());
   const std::vector<int> fallbacks = fallback_algorithms(pass);
   for (std::size_t i = 0; i < fallbacks.size(); ++i) add(fallbacks[i], base_math(c), i + 1 == fallbacks.size());
+  ranked.from_fallbacks = static_cast<int>(ranked.list.size());
+  // Benchmark mode times what cudnnFind would: every algorithm of the pass, not only those the
+  // heuristics rank (v7 may list an FFT or Winograd configuration only under a math type that
+  // the rules above turn away), each with the base math, under the same rules.
+  if (c.benchmark) {
+    for (int algo = 0; algo < algorithm_count(pass); ++algo) {
+      if (c.deterministic && !is_deterministic(pass, algo)) continue;
+      if (exact && !is_direct(pass, algo)) continue;
+      add(algo, base_math(c), false);
+    }
+  }
   return ranked;
 }
 
@@ -365,14 +404,18 @@ bool worth_retrying(cudnnStatus_t status, bool accumulates) {
                           status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
 }
 
-// Runs `launch(algorithm, workspace)` with `a`: true when it ran; false, with the reason added
-// to `failures`, when its workspace could not be allocated or cuDNN refused it in a way worth
-// retrying; throws on any other cuDNN error.
+std::string algorithm_label(ConvPass pass, const ConvAlgorithm& a) {
+  return std::string(algorithm_name(pass, a.algo)) + "/" + math_name(a.math);
+}
+
+// Runs `launch(algorithm, workspace, output)` with `a` into `output`: true when it ran; false,
+// with the reason added to `failures`, when its workspace could not be allocated or cuDNN
+// refused it in a way worth retrying; throws on any other cuDNN error.
 template <typename Launch>
-bool try_algorithm(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, const ConvAlgorithm& a,
+bool try_algorithm(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, const ConvAlgorithm& a, void* output,
                    bool accumulates, const char* call, Launch& launch, std::string* failures) {
   TANDEM_CUDNN_CHECK(cudnnSetConvolutionMathType(c.conv.get(), a.math));
-  const std::string name = std::string(algorithm_name(pass, a.algo)) + "/" + math_name(a.math);
+  const std::string name = algorithm_label(pass, a);
   DeviceBuffer workspace;
   try {
     workspace = DeviceBuffer(a.workspace, ctx.index);
@@ -381,7 +424,7 @@ bool try_algorithm(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, 
     *failures += "; " + name + ": workspace of " + std::to_string(a.workspace) + " bytes: " + e.what();
     return false;
   }
-  const cudnnStatus_t status = launch(a, workspace.data());
+  const cudnnStatus_t status = launch(a, workspace.data(), output);
   if (status == CUDNN_STATUS_SUCCESS) return true;
   if (!worth_retrying(status, accumulates))
     throw_status("cuDNN", static_cast<long>(status), cudnnGetErrorString(status), call, __FILE__, __LINE__);
@@ -390,13 +433,116 @@ bool try_algorithm(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, 
   return false;
 }
 
-// Runs one chunk: the cached algorithm of `key` if there is one, else (or when it fails, e.g.
-// its workspace no longer fits) the ranked candidates in order, as PyTorch's Conv_v7 does.
-// Only an algorithm that ran is cached, and a cached entry is never replaced, so that a
-// transient out-of-memory does not change the results of later calls.
+// ---- benchmark mode ----
+
+// A CUDA event that records time, destroyed with the object.
+class TimingEvent {
+ public:
+  TimingEvent() { TANDEM_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~TimingEvent() { (void)cudaEventDestroy(event_); }
+  TimingEvent(const TimingEvent&) = delete;
+  TimingEvent& operator=(const TimingEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+constexpr int kTimedRuns = 3;
+
+// The time of `a` on this call's inputs, written into `scratch`: one untimed run (it loads the
+// kernels and warms the caches), then the median of kTimedRuns runs between events on the
+// device's stream. kNotTimed, with the reason in *note, when its workspace cannot be allocated
+// or cuDNN refuses it with any status: nothing but the scratch is written, so every refusal is
+// worth skipping (a sticky CUDA error, the device itself failing, still throws at the next
+// synchronisation).
 template <typename Launch>
-void run_convolution(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, const ConvKey& key,
-                     bool accumulates, const char* call, Launch launch) {
+double time_algorithm(const DeviceContext& ctx, const CudnnConv& c, const ConvAlgorithm& a, void* scratch,
+                      const TimingEvent& start, const TimingEvent& stop, Launch& launch, std::string* note) {
+  if (cudnnSetConvolutionMathType(c.conv.get(), a.math) != CUDNN_STATUS_SUCCESS) {
+    *note = "math type refused";
+    return kNotTimed;
+  }
+  DeviceBuffer workspace;
+  try {
+    workspace = DeviceBuffer(a.workspace, ctx.index);
+  } catch (const Error&) {
+    (void)cudaGetLastError();
+    *note = "workspace of " + std::to_string(a.workspace) + " bytes not allocated";
+    return kNotTimed;
+  }
+  cudnnStatus_t status = launch(a, workspace.data(), scratch);
+  std::vector<double> samples;
+  for (int run = 0; run < kTimedRuns && status == CUDNN_STATUS_SUCCESS; ++run) {
+    TANDEM_CUDA_CHECK(cudaEventRecord(start.get(), ctx.stream));
+    status = launch(a, workspace.data(), scratch);
+    TANDEM_CUDA_CHECK(cudaEventRecord(stop.get(), ctx.stream));
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float ms = 0;
+    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    samples.push_back(ms);
+  }
+  if (status != CUDNN_STATUS_SUCCESS) {
+    (void)cudaGetLastError();
+    *note = cudnnGetErrorString(status);
+    return kNotTimed;
+  }
+  return median_ms(samples);
+}
+
+// Benchmark mode: the indices of `list` in the order to try them, the timed ones fastest first
+// (conv_timing.h), then those that could not be timed in their ranked order (the real run tries
+// them again and reports why they fail); each one's time goes to *report for the verbose line.
+// The runs write into a scratch buffer of the output's size, never into the output itself: the
+// weight gradient's later chunks add into theirs (beta = 1), which a timed run would change.
+// The scratch output starts at the same offset from a 16-byte boundary as `output`, so that an
+// algorithm that needs more alignment fails there as it would on the output (part of the key).
+// Without memory for the scratch the ranked order stays.
+template <typename Launch>
+std::vector<std::size_t> by_measured_time(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c,
+                                          const std::vector<ConvAlgorithm>& list, const void* output,
+                                          std::size_t output_bytes, Launch& launch, std::string* report) {
+  std::vector<std::size_t> order;
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(output) % 16;
+  DeviceBuffer scratch;
+  try {
+    scratch = DeviceBuffer(output_bytes + offset, ctx.index);
+  } catch (const Error&) {
+    (void)cudaGetLastError();
+    *report = "; not timed: no memory for a scratch output of " + std::to_string(output_bytes) + " bytes";
+    for (std::size_t i = 0; i < list.size(); ++i) order.push_back(i);
+    return order;
+  }
+  void* scratch_output = static_cast<char*>(scratch.data()) + offset;
+  // Defined values for the accumulating passes to add to.
+  if (output_bytes > 0) TANDEM_CUDA_CHECK(cudaMemsetAsync(scratch_output, 0, output_bytes, ctx.stream));
+  const TimingEvent start, stop;
+  std::vector<double> ms(list.size(), kNotTimed);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    std::string note;
+    ms[i] = time_algorithm(ctx, c, list[i], scratch_output, start, stop, launch, &note);
+    char time[32];
+    std::snprintf(time, sizeof time, "%.4f ms", ms[i]);
+    *report += (i == 0 ? "; timed: " : ", ") + algorithm_label(pass, list[i]) + " " +
+               (was_timed(ms[i]) ? std::string(time) : "not timed (" + note + ")");
+  }
+  order = fastest_first(ms);
+  for (std::size_t i = 0; i < list.size(); ++i)
+    if (!was_timed(ms[i])) order.push_back(i);
+  return order;
+}
+
+// ---- running ----
+
+// Runs one chunk into `output` (of `output_bytes`): the cached algorithm of `key` if there is
+// one, else (or when it fails, e.g. its workspace no longer fits) the ranked candidates in order,
+// as PyTorch's Conv_v7 does; in benchmark mode a key's first call tries them fastest first
+// instead (a cached algorithm that failed is not timed again). Only an algorithm that ran is
+// cached, and a cached entry is never replaced, so that a transient out-of-memory does not
+// change the results of later calls.
+template <typename Launch>
+void run_convolution(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c, const ConvKey& key, void* output,
+                     std::size_t output_bytes, bool accumulates, const char* call, Launch launch) {
   std::string failures;
   ConvAlgorithm cached;
   bool have_cached = false;
@@ -408,12 +554,20 @@ void run_convolution(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c
       have_cached = true;
     }
   }
-  if (have_cached && try_algorithm(ctx, pass, c, cached, accumulates, call, launch, &failures)) return;
+  if (have_cached && try_algorithm(ctx, pass, c, cached, output, accumulates, call, launch, &failures)) return;
   const RankedAlgorithms ranked = rank_algorithms(ctx, pass, c);
-  for (std::size_t i = 0; i < ranked.list.size(); ++i) {
+  std::string times;
+  std::vector<std::size_t> order;
+  if (c.benchmark && !have_cached) {
+    order = by_measured_time(ctx, pass, c, ranked.list, output, output_bytes, launch, &times);
+  } else {
+    for (std::size_t i = 0; i < ranked.list.size(); ++i) order.push_back(i);
+  }
+  for (std::size_t n = 0; n < order.size(); ++n) {
+    const std::size_t i = order[n];
     const ConvAlgorithm& a = ranked.list[i];
     if (have_cached && same_algorithm(a, cached)) continue;  // failed just above
-    if (!try_algorithm(ctx, pass, c, a, accumulates, call, launch, &failures)) continue;
+    if (!try_algorithm(ctx, pass, c, a, output, accumulates, call, launch, &failures)) continue;
     if (have_cached) return;
     bool inserted = false;
     {
@@ -421,23 +575,26 @@ void run_convolution(const DeviceContext& ctx, ConvPass pass, const CudnnConv& c
       inserted = algorithm_cache().emplace(key, a).second;
     }
     if (inserted && verbose()) {
-      auto k = [&](int i) { return static_cast<long long>(key[i]); };  // the fields of make_key
+      auto k = [&](int f) { return static_cast<long long>(key[f]); };  // the fields of make_key
+      const std::string mode = std::string(c.deterministic ? "" : " non-deterministic") +
+                               (c.direct_only ? "" : " FFT/Winograd-allowed") + (c.benchmark ? " benchmark" : "");
       std::fprintf(stderr,
-                   "tandem cuDNN: %s %s%s device %d x [%lld, %lld, %lld, %lld] W [%lld, -, %lld, %lld] stride %lld,%lld "
-                   "pad %lld,%lld dilate %lld,%lld groups %lld align %lld: %s %s, workspace %zu bytes (candidate "
-                   "%zu of %zu, %s; heuristics offered %d: %d non-deterministic, %d wrong math, %d FFT/Winograd, "
-                   "%d unsupported or over the workspace limit)%s\n",
+                   "tandem cuDNN: %s %s%s%s device %d x [%lld, %lld, %lld, %lld] W [%lld, -, %lld, %lld] stride "
+                   "%lld,%lld pad %lld,%lld dilate %lld,%lld groups %lld align %lld: %s %s, workspace %zu bytes "
+                   "(candidate %zu of %zu, %s%s; heuristics offered %d: %d non-deterministic, %d wrong math, %d "
+                   "FFT/Winograd, %d unsupported or over the workspace limit)%s%s\n",
                    pass_op(pass), c.type == CUDNN_DATA_DOUBLE ? "f64" : "f32",
-                   c.fma_only ? " exact-FP32" : (c.type == CUDNN_DATA_DOUBLE ? "" : " TF32-allowed"), ctx.index, k(4),
-                   k(5), k(6), k(7), k(8), k(9), k(10), k(11), k(12), k(13), k(14), k(15), k(16), k(17), k(18),
-                   algorithm_name(pass, a.algo), math_name(a.math), a.workspace, i + 1, ranked.list.size(),
-                   static_cast<int>(i) < ranked.from_heuristics ? "heuristic" : "fallback", ranked.offered,
-                   ranked.nondeterministic, ranked.wrong_math, ranked.transform, ranked.no_workspace,
-                   failures.empty() ? "" : (" after" + failures.substr(1)).c_str());
+                   c.fma_only ? " exact-FP32" : (c.type == CUDNN_DATA_DOUBLE ? "" : " TF32-allowed"), mode.c_str(),
+                   ctx.index, k(4), k(5), k(6), k(7), k(8), k(9), k(10), k(11), k(12), k(13), k(14), k(15), k(16),
+                   k(17), k(18), algorithm_name(pass, a.algo), math_name(a.math), a.workspace, i + 1,
+                   ranked.list.size(), source_of(ranked, i),
+                   c.benchmark && !have_cached ? ", the fastest that ran" : "",
+                   ranked.offered, ranked.nondeterministic, ranked.wrong_math, ranked.transform, ranked.no_workspace,
+                   times.c_str(), failures.empty() ? "" : ("; after" + failures.substr(1)).c_str());
     }
     return;
   }
-  TANDEM_FAIL(pass_op(pass), ": no deterministic", exact_mode(c) ? " direct" : "",
+  TANDEM_FAIL(pass_op(pass), ": no", c.deterministic ? " deterministic" : "", exact_mode(c) ? " direct" : "",
               c.fma_only ? " exact-FP32" : "", " cuDNN algorithm could run this convolution (",
               c.type == CUDNN_DATA_DOUBLE ? "f64" : "f32", ", batch ", key[4], ", pointer alignment ", key[18],  // see make_key
               "): ", failures.empty() ? std::string("none was offered") : failures.substr(2));
@@ -457,7 +614,15 @@ std::int64_t images_per_chunk(const Conv2DGeometry& g, std::int64_t out_channels
   return chunk < g.batch ? chunk : g.batch;
 }
 
-bool fma_only_for(DType dtype) { return dtype == DType::f32 && !allow_tf32(); }
+// The data type and the switches of the calling thread's moment: the precision mode
+// (allow_tf32), determinism, direct-only and benchmark mode.
+void configure(CudnnConv& c, DType dtype, const char* op) {
+  c.type = cudnn_data_type(dtype, op);
+  c.fma_only = dtype == DType::f32 && !allow_tf32();
+  c.deterministic = deterministic();
+  c.direct_only = conv_direct_only();
+  c.benchmark = cudnn_benchmark();
+}
 
 void zero(Tensor& t, const DeviceContext& ctx) {
   if (t.numel() > 0) TANDEM_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), ctx.stream));
@@ -491,9 +656,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, cons
     zero(y, ctx);
   } else {
     CudnnConv c;
-    c.type = cudnn_data_type(x.dtype(), op);
-    c.fma_only = fma_only_for(x.dtype());
-    c.deterministic = deterministic();
+    configure(c, x.dtype(), op);
     const CudnnScalars scalars(c.type, 1.0, 0.0);
     const std::int64_t chunk = images_per_chunk(g, O, op);
     const std::int64_t x_image = g.channels * g.height * g.width, y_image = O * g.out_h * g.out_w;
@@ -507,12 +670,13 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, cons
       void* cy = py + first * y_image * element;
       const ConvKey key =
           make_key(ctx.index, ConvPass::forward, c, g, O, groups, count, pointer_alignment(cx, W.raw_data(), cy));
-      run_convolution(ctx, ConvPass::forward, c, key, /*accumulates=*/false, "cudnnConvolutionForward",
-                      [&](const ConvAlgorithm& a, void* workspace) {
+      const std::size_t y_bytes = static_cast<std::size_t>(count * y_image) * element;
+      run_convolution(ctx, ConvPass::forward, c, key, cy, y_bytes, /*accumulates=*/false, "cudnnConvolutionForward",
+                      [&](const ConvAlgorithm& a, void* workspace, void* out) {
                         return cudnnConvolutionForward(
                             ctx.cudnn, scalars.alpha(), c.x.get(), cx, c.w.get(), W.raw_data(), c.conv.get(),
                             static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), workspace, a.workspace, scalars.beta(),
-                            c.y.get(), cy);
+                            c.y.get(), out);
                       });
     }
   }
@@ -530,9 +694,7 @@ void CudaBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Con
     return;
   }
   CudnnConv c;
-  c.type = cudnn_data_type(gy.dtype(), op);
-  c.fma_only = fma_only_for(gy.dtype());
-  c.deterministic = deterministic();
+  configure(c, gy.dtype(), op);
   const CudnnScalars scalars(c.type, 1.0, 0.0);  // beta = 0: gx is overwritten
   const std::int64_t chunk = images_per_chunk(g, O, op);
   const std::int64_t x_image = g.channels * g.height * g.width, y_image = O * g.out_h * g.out_w;
@@ -546,12 +708,13 @@ void CudaBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Con
     void* cgx = pgx + first * x_image * element;
     const ConvKey key = make_key(ctx.index, ConvPass::backward_data, c, g, O, groups, count,
                                  pointer_alignment(cgx, W.raw_data(), cgy));
-    run_convolution(ctx, ConvPass::backward_data, c, key, /*accumulates=*/false, "cudnnConvolutionBackwardData",
-                    [&](const ConvAlgorithm& a, void* workspace) {
+    const std::size_t gx_bytes = static_cast<std::size_t>(count * x_image) * element;
+    run_convolution(ctx, ConvPass::backward_data, c, key, cgx, gx_bytes, /*accumulates=*/false,
+                    "cudnnConvolutionBackwardData", [&](const ConvAlgorithm& a, void* workspace, void* out) {
                       return cudnnConvolutionBackwardData(
                           ctx.cudnn, scalars.alpha(), c.w.get(), W.raw_data(), c.y.get(), cgy, c.conv.get(),
                           static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), workspace, a.workspace,
-                          scalars.beta(), c.x.get(), cgx);
+                          scalars.beta(), c.x.get(), out);
                     });
   }
 }
@@ -567,9 +730,7 @@ void CudaBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Co
     return;
   }
   CudnnConv c;
-  c.type = cudnn_data_type(x.dtype(), op);
-  c.fma_only = fma_only_for(x.dtype());
-  c.deterministic = deterministic();
+  configure(c, x.dtype(), op);
   const std::int64_t chunk = images_per_chunk(g, O, op);
   const std::int64_t x_image = g.channels * g.height * g.width, y_image = O * g.out_h * g.out_w;
   const std::size_t element = dtype_size(x.dtype());
@@ -585,12 +746,13 @@ void CudaBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Co
     const ConvKey key = make_key(ctx.index, ConvPass::backward_filter, c, g, O, groups, count,
                                  pointer_alignment(cx, gW.raw_data(), cgy));
     // Chunks after the first add into gW: a failure while running is not retried (see worth_retrying).
-    run_convolution(ctx, ConvPass::backward_filter, c, key, /*accumulates=*/first > 0,
-                    "cudnnConvolutionBackwardFilter", [&](const ConvAlgorithm& a, void* workspace) {
+    run_convolution(ctx, ConvPass::backward_filter, c, key, gW.raw_data(), gW.nbytes(),
+                    /*accumulates=*/first > 0, "cudnnConvolutionBackwardFilter",
+                    [&](const ConvAlgorithm& a, void* workspace, void* out) {
                       return cudnnConvolutionBackwardFilter(
                           ctx.cudnn, scalars.alpha(), c.x.get(), cx, c.y.get(), cgy, c.conv.get(),
                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), workspace, a.workspace,
-                          scalars.beta(), c.w.get(), gW.raw_data());
+                          scalars.beta(), c.w.get(), out);
                     });
   }
 }

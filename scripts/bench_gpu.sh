@@ -6,7 +6,12 @@
 #   - bench/torch_gpu_bench.py: the same models in PyTorch (when `import torch` works),
 # then a table: per id, the median time of tandem, raw and torch, and tandem's ratios to them.
 # Exact FP32 throughout; the .gpu.tf32 ids allow TF32 (GEMM always; the training steps too with
-# BENCH_TF32=1).
+# BENCH_TF32=1). The CNN runs in two modes in both frameworks: <id> is each one's deterministic
+# mode (tandem's default: deterministic, direct algorithms only, cuDNN's heuristics; PyTorch with
+# cudnn.deterministic = True, cudnn.benchmark = False) and <id>.torchmode PyTorch's default
+# (cudnn.benchmark, atomics, FFT/Winograd; tandem with cuda::set_cudnn_benchmark(true),
+# set_deterministic(false), set_conv_direct_only(false)). The table lists <id>.torchmode right
+# after <id>, and a second table pairs the two modes side by side.
 #
 #   scripts/bench_gpu.sh                   on a GPU machine with Bazel: builds with
 #                                          -c opt --config=cuda, runs the three, prints the table
@@ -137,7 +142,9 @@ if [[ -n "$BIN" ]]; then
   fix_library_path "$BIN/train_step_bench" "$BIN/gemm_bench" "$BIN/gpu_raw_bench"
   run gpu_raw_bench "$BIN/gpu_raw_bench"
   run gemm_bench "$BIN/gemm_bench"
-  run train_step_bench "$BIN/train_step_bench"
+  # TANDEM_CUDNN_VERBOSE: the cuDNN algorithm of every convolution shape, and in benchmark mode
+  # each candidate's time, go to raw.txt (lines starting "tandem cuDNN:"; 0 turns them off).
+  run train_step_bench env TANDEM_CUDNN_VERBOSE="${TANDEM_CUDNN_VERBOSE:-1}" "$BIN/train_step_bench"
 else
   REMAINING=1
 fi
@@ -173,6 +180,7 @@ function rate(line,   v) {
 }
 function raw_id(id,   suffix, base) {
   if (id in raw) return id
+  if (id ~ /\.torchmode$/) id = substr(id, 1, length(id) - length(".torchmode"))  # raw: the fastest of cudnnFind
   suffix = id ~ /\.gpu\.tf32$/ ? ".gpu.tf32" : ".gpu"
   base = substr(id, 1, length(id) - length(suffix))
   if (base ~ /^mlp\.train\./) base = "mlp.train.matmuls"
@@ -191,12 +199,25 @@ function raw_id(id,   suffix, base) {
   else if (lib == "raw") { if (!(id in raw)) raw_order[++k] = id; raw[id] = $0 }
   if (index($0, "CHECK=FAIL")) failed[name] = 1
 }
+function listed(id) { return (id in tandem) || (id in torch) }
+# <id>.torchmode whose <id> is listed too: printed right after it.
+function follower(id,   base) {
+  if (id !~ /\.torchmode$/) return 0
+  base = substr(id, 1, length(id) - length(".torchmode"))
+  return listed(base)
+}
 END {
   for (i = 1; i <= m; i++) if (!(torch_order[i] in tandem)) order[++n] = torch_order[i]
+  rows = 0
+  for (i = 1; i <= n; i++) {
+    if (follower(order[i])) continue
+    row[++rows] = order[i]
+    if (listed(order[i] ".torchmode")) { row[++rows] = order[i] ".torchmode"; paired[++pairs] = order[i] }
+  }
   print "| id | tandem ms | raw ms | torch ms | tandem/raw | tandem/torch | tandem | torch | raw measures |"
   print "|---|---:|---:|---:|---:|---:|---:|---:|---|"
-  for (i = 1; i <= n; i++) {
-    id = order[i]; t = tandem[id]; p = torch[id]; r_id = raw_id(id); r = r_id == "" ? "" : raw[r_id]
+  for (i = 1; i <= rows; i++) {
+    id = row[i]; t = tandem[id]; p = torch[id]; r_id = raw_id(id); r = r_id == "" ? "" : raw[r_id]
     used[r_id] = 1
     what = r_id == "" ? "-" : (r_id == id ? "same work" : r_id)
     if (("tandem." id) in failed || ("torch." id) in failed || (r_id != "" && ("raw." r_id) in failed))
@@ -216,9 +237,28 @@ END {
     r = raw[raw_order[i]]
     printf "| %s | %s | %s | %s | %s |\n", raw_order[i], fmt(r), val(r, "gflops"), val(r, "algo"), val(r, "math")
   }
+  if (pairs) {
+    print ""
+    print "The CNN in the deterministic mode of each framework and in the default mode of PyTorch (ms):"
+    print ""
+    print "| id | tandem default | torch deterministic | tandem/torch | tandem torchmode | torch default | tandem/torch | tandem default/torchmode |"
+    print "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for (i = 1; i <= pairs; i++) {
+      id = paired[i]; fast = id ".torchmode"
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", id, fmt(tandem[id]), fmt(torch[id]),
+             ratio(tandem[id], torch[id]), fmt(tandem[fast]), fmt(torch[fast]), ratio(tandem[fast], torch[fast]),
+             ratio(tandem[id], tandem[fast])
+    }
+    print ""
+    print "default/deterministic: tandem deterministic, direct algorithms only, cuDNN heuristics; torch"
+    print "cudnn.deterministic=True, benchmark=False (FFT/Winograd allowed). torchmode/default: cudnn.benchmark,"
+    print "atomics allowed, FFT/Winograd allowed, FP32 products (no TF32) in both."
+  }
   print ""
   print "ms: median per step (per product for gemm); ratio > 1: tandem slower. raw = the library calls alone"
-  print "(GEMMs of the MLP, convolutions of the CNN: a floor, no bias/ReLU/loss/update); .tf32 = TF32 allowed."
+  print "(GEMMs of the MLP, convolutions of the CNN: a floor, no bias/ReLU/loss/update); .tf32 = TF32 allowed;"
+  print ".torchmode = the default choice of cuDNN algorithms of PyTorch in both frameworks (the id without it:"
+  print "the deterministic mode of each framework)."
 }' "$RAW" | tee "$RES/table.md"
 
 note "results in $RES (exit $STATUS)"

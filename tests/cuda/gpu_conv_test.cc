@@ -1,10 +1,14 @@
 // Convolution kernels on cuda:0 against the CPU: im2col / col2im over every window geometry,
 // conv2d and its two gradients with groups, strides, padding, dilation, pointwise and
-// depthwise kernels, bias or none, f32 and f64, small and large; empty batches.
+// depthwise kernels, bias or none, f32 and f64, small and large; empty batches. The conv2d
+// cases run under each choice of cuDNN algorithms: the default (deterministic, direct, cuDNN's
+// heuristics), atomics allowed, benchmark mode, FFT/Winograd allowed, and PyTorch's mode (all
+// three).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "core/ops/conv.h"
@@ -78,6 +82,42 @@ Tolerance conv_tolerance(DType dtype, std::int64_t terms) {
   return for_dtype(dtype, Tolerance{2e-4, 1e-4 * scale}, Tolerance{1e-11, 1e-12 * scale});
 }
 
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_vector<double>()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// FFT and Winograd round relative to the largest magnitude of what they transform, not to each
+// output's own terms: with them allowed, an absolute error up to a small fraction of the
+// reference's largest magnitude passes too.
+Tolerance with_transforms(Tolerance tol, const Tensor& reference) {
+  const double fraction = reference.dtype() == DType::f32 ? 1e-4 : 1e-11;
+  tol.atol = std::max(tol.atol, fraction * max_abs(reference));
+  return tol;
+}
+
+// The switches of the convolution algorithm choice, set for a test and restored after it.
+struct ConvMode {
+  bool deterministic, benchmark, direct_only;
+  static ConvMode current() { return {cuda::deterministic(), cuda::cudnn_benchmark(), cuda::conv_direct_only()}; }
+  void apply() const {
+    cuda::set_deterministic(deterministic);
+    cuda::set_cudnn_benchmark(benchmark);
+    cuda::set_conv_direct_only(direct_only);
+  }
+  bool operator==(const ConvMode& o) const {
+    return deterministic == o.deterministic && benchmark == o.benchmark && direct_only == o.direct_only;
+  }
+};
+constexpr ConvMode kDefaultMode{true, false, true};
+constexpr ConvMode kTorchMode{false, true, false};  // cudnn.benchmark, non-deterministic, FFT/Winograd
+
+struct RestoreConvMode {
+  ConvMode saved = ConvMode::current();
+  ~RestoreConvMode() { saved.apply(); }
+};
+
 }  // namespace
 
 TEST_CASE("im2col and col2im over every window geometry", "[conv][im2col]") {
@@ -108,7 +148,8 @@ TEST_CASE("im2col and col2im over every window geometry", "[conv][im2col]") {
 
 namespace {
 
-void check_conv_against_cpu() {
+// `transforms`: FFT and Winograd may run (see with_transforms).
+void check_conv_against_cpu(bool transforms = false) {
   Conv2DParams uneven = conv_params(1, 0);
   uneven.stride_y = 2;
   uneven.pad_x = 2;
@@ -143,20 +184,26 @@ void check_conv_against_cpu() {
       const Tensor gy = uniform(y.shape(), seed++, -1, 1, dtype);
       const std::int64_t taps = c.w[1] * c.w[2] * c.w[3];
       const std::int64_t outputs_per_weight = c.x[0] * y.size(2) * y.size(3);
+      // The CPU's result (computed again by the checks) sets the scale of the transforms' error.
+      auto tolerance = [&](Tolerance tol, const std::function<Tensor()>& reference) {
+        return transforms ? with_transforms(tol, reference()) : tol;
+      };
       {
         INFO("forward");
         check_op([&](std::vector<Tensor>& v) { return std::vector<Tensor>{conv2d(v[0], v[1], v[2], c.p)}; },
-                 {x, W, b}, conv_tolerance(dtype, taps));
+                 {x, W, b}, tolerance(conv_tolerance(dtype, taps), [&] { return y; }));
       }
       {
         INFO("gradient of x");
         check_binary([&](const Tensor& g, const Tensor& w) { return conv2d_grad_input(g, w, c.x, c.p); }, gy, W,
-                     conv_tolerance(dtype, c.w[0] / c.p.groups * c.w[2] * c.w[3]));
+                     tolerance(conv_tolerance(dtype, c.w[0] / c.p.groups * c.w[2] * c.w[3]),
+                               [&] { return conv2d_grad_input(gy, W, c.x, c.p); }));
       }
       {
         INFO("gradient of W");
         check_binary([&](const Tensor& t, const Tensor& g) { return conv2d_grad_weight(t, g, c.w, c.p); }, x, gy,
-                     conv_tolerance(dtype, outputs_per_weight));
+                     tolerance(conv_tolerance(dtype, outputs_per_weight),
+                               [&] { return conv2d_grad_weight(x, gy, c.w, c.p); }));
       }
     }
   }
@@ -169,11 +216,79 @@ TEST_CASE("conv2d and its gradients match the CPU", "[conv]") { check_conv_again
 TEST_CASE("conv2d and its gradients match the CPU with the atomics-based algorithms allowed", "[conv]") {
   // cuda::set_deterministic(false): cuDNN may add with atomics (ALGO_0, the filter's ALGO_3),
   // exact FP32 sums in a varying order, within the same tolerances.
-  struct Restore {
-    ~Restore() { cuda::set_deterministic(true); }
-  } restore;
+  RestoreConvMode restore;
   cuda::set_deterministic(false);
   check_conv_against_cpu();
+}
+
+TEST_CASE("conv2d and its gradients match the CPU in benchmark mode", "[conv][benchmark]") {
+  // Every admitted algorithm is timed on the call's inputs into a scratch output; the fastest
+  // runs. Still deterministic and direct: the default tolerances.
+  RestoreConvMode restore;
+  ConvMode{true, true, true}.apply();
+  check_conv_against_cpu();
+}
+
+TEST_CASE("conv2d and its gradients match the CPU with FFT and Winograd allowed", "[conv][benchmark]") {
+  RestoreConvMode restore;
+  SECTION("cuDNN's heuristics") {
+    ConvMode{true, false, false}.apply();
+    check_conv_against_cpu(/*transforms=*/true);
+  }
+  SECTION("PyTorch's mode: benchmark, atomics and transforms") {
+    kTorchMode.apply();
+    check_conv_against_cpu(/*transforms=*/true);
+  }
+}
+
+TEST_CASE("the algorithm switches toggle and restore", "[conv][benchmark]") {
+  RestoreConvMode restore;
+  kDefaultMode.apply();
+  CHECK(ConvMode::current() == kDefaultMode);
+  cuda::set_cudnn_benchmark(true);
+  CHECK(cuda::cudnn_benchmark());
+  cuda::set_conv_direct_only(false);
+  CHECK_FALSE(cuda::conv_direct_only());
+  CHECK(ConvMode::current() == ConvMode{true, true, false});
+  cuda::set_cudnn_benchmark(false);
+  cuda::set_conv_direct_only(true);
+  CHECK(ConvMode::current() == kDefaultMode);
+
+  // A shape no other test uses, so that PyTorch's mode fills the cache first. Quarters times
+  // quarters sum exactly in any order, so direct algorithms give the CPU's bits; FFT and
+  // Winograd need not. Back in the default mode the results must be exact again: the mode is
+  // part of the algorithm cache's key, and what PyTorch's mode chose is not reused.
+  const Tensor x = quarters({3, 8, 10, 10}, 700), W = quarters({16, 8, 3, 3}, 701), b = quarters({16}, 702);
+  const Tensor gy = quarters({3, 16, 10, 10}, 703);
+  const Conv2DParams p = conv_params(1, 1);
+  auto all_three = [&](Tolerance forward, Tolerance grad_x, Tolerance grad_w) {
+    check_op([&](std::vector<Tensor>& v) { return std::vector<Tensor>{conv2d(v[0], v[1], v[2], p)}; }, {x, W, b},
+             forward);
+    check_binary([&](const Tensor& g, const Tensor& w) { return conv2d_grad_input(g, w, x.shape(), p); }, gy, W,
+                 grad_x);
+    check_binary([&](const Tensor& t, const Tensor& g) { return conv2d_grad_weight(t, g, W.shape(), p); }, x, gy,
+                 grad_w);
+  };
+  kTorchMode.apply();
+  {
+    INFO("PyTorch's mode");
+    all_three(with_transforms(kExact, conv2d(x, W, b, p)),
+              with_transforms(kExact, conv2d_grad_input(gy, W, x.shape(), p)),
+              with_transforms(kExact, conv2d_grad_weight(x, gy, W.shape(), p)));
+  }
+  kDefaultMode.apply();
+  {
+    INFO("the default mode after PyTorch's");
+    all_three(kExact, kExact, kExact);
+  }
+  // Benchmark mode times once per shape; later calls reuse its choice: the same bits again.
+  ConvMode{true, true, true}.apply();
+  {
+    INFO("benchmark mode, deterministic and direct");
+    all_three(kExact, kExact, kExact);
+    const Tensor first = conv2d_grad_weight(to_gpu(x), to_gpu(gy), W.shape(), p);
+    CHECK(same_bytes(first, conv2d_grad_weight(to_gpu(x), to_gpu(gy), W.shape(), p)));
+  }
 }
 
 TEST_CASE("convolutions of exactly representable data agree bit for bit", "[conv]") {
