@@ -93,6 +93,7 @@ class BackwardEngine {
       }
     }
     function.check_not_released();
+    function.graph_retained_ = options_.retain_graph;
     std::vector<Tensor> grad_inputs = function.backward(grad_outputs);
     if (!options_.retain_graph) function.release_saved();
 

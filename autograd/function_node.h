@@ -64,6 +64,10 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   void save_for_backward(std::vector<Tensor> tensors);
   // The saved tensors; throws a clear error once they have been released.
   const std::vector<Tensor>& saved() const;
+  // True while backward runs under BackwardOptions::retain_graph: the saved tensors serve a
+  // later backward too, so backward must not consume them (e.g. cuDNN's RNN reserve space,
+  // which its backward overwrites).
+  bool graph_retained() const { return graph_retained_; }
   // Gradient accumulation fusion (as Megatron-LM's for linear layers): when input i is a leaf
   // (a parameter) whose gradient already holds earlier contributions (an earlier microbatch or
   // backward call) in memory nothing else shares, backward may add its contribution straight
@@ -87,6 +91,7 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   std::vector<Tensor> saved_;
   bool recording_ = false;
   bool released_ = false;
+  bool graph_retained_ = false;
 };
 
 // Creates a node of type F and applies it: `call<ReluFunction>({x})`.

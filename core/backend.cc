@@ -26,7 +26,7 @@ bool Backend::lstm_sequence_forward(const LstmSequenceShape&, const Tensor&, con
 }
 
 void Backend::lstm_sequence_backward(const LstmSequenceShape&, const Tensor&, const Tensor&, const Tensor&,
-                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, const Tensor&, bool, const Tensor&, const Tensor&, const Tensor&,
                                      const Tensor&, bool, Tensor&, Tensor&, Tensor&, std::vector<Tensor>&) {
   TANDEM_FAIL("lstm_sequence_backward: the ", type() == DeviceType::cpu ? "CPU" : "CUDA",
               " backend has no fused LSTM (its forward returned false)");

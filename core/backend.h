@@ -209,12 +209,12 @@ class Backend {
                                      const Tensor& cx, const std::vector<Tensor>& weights, bool training,
                                      Tensor& y, Tensor& hy, Tensor& cy, Tensor& packed_weights, Tensor& reserve);
   // Its backward (only after a training forward that returned true): gx [N, in], ghx and gcx
-  // [L, B, H] and, when weight_grads, one gradient per tensor of `weights` in its shape (views of
-  // one buffer, which they share).
+  // [L, B, H] and, when weight_grads, one gradient per tensor of `weights` in its shape. It may
+  // overwrite `reserve` unless keep_reserve (another backward will use it).
   virtual void lstm_sequence_backward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx,
                                       const Tensor& cx, const Tensor& packed_weights, const Tensor& reserve,
-                                      const Tensor& y, const Tensor& gy, const Tensor& ghy, const Tensor& gcy,
-                                      bool weight_grads, Tensor& gx, Tensor& ghx, Tensor& gcx,
+                                      bool keep_reserve, const Tensor& y, const Tensor& gy, const Tensor& ghy,
+                                      const Tensor& gcy, bool weight_grads, Tensor& gx, Tensor& ghx, Tensor& gcx,
                                       std::vector<Tensor>& gweights);
 
   // Batch normalisation over x viewed as [outer, channels, inner]; per-channel tensors are

@@ -1,4 +1,4 @@
-// concat on the GPU in one launch per 64 inputs: a batch of sequences is joined and split at
+// concat on the GPU in one launch per 64 inputs (and split_flat, its inverse for 1-D pieces): a batch of sequences is joined and split at
 // every layer boundary (embedding, LSTM, output), and one copy per sequence made a 64-sequence
 // batch cost 64 launches per concat (core/backend.h). The inputs travel in the kernel's
 // parameter space (about 1 KB per 64), so no table is copied to the device first.
@@ -73,7 +73,70 @@ void concat_typed(const DeviceContext& ctx, const std::vector<Tensor>& xs, int a
   launch();
 }
 
+// The inverse: piece i of the chunk receives the columns [begin[i], begin[i + 1]) of src.
+template <typename T>
+struct SplitChunk {
+  T* dst[kInputsPerLaunch];
+  std::int64_t begin[kInputsPerLaunch + 1];
+  int count;
+};
+
+template <typename T>
+__global__ void split_kernel(std::int64_t n, SplitChunk<T> chunk, const T* src) {
+  const std::int64_t first = chunk.begin[0];
+  TANDEM_GRID_STRIDE_LOOP(e, n) {
+    const std::int64_t column = first + e;
+    int lo = 0, hi = chunk.count - 1;  // the last piece that starts at or before `column`
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (chunk.begin[mid] <= column) lo = mid;
+      else hi = mid - 1;
+    }
+    chunk.dst[lo][column - chunk.begin[lo]] = src[column];
+  }
+}
+
+template <typename T>
+void split_typed(const DeviceContext& ctx, const Tensor& src, std::vector<Tensor>& outs) {
+  const T* from = static_cast<const T*>(src.raw_data());
+  SplitChunk<T> chunk{};
+  std::int64_t column = 0;
+  auto launch = [&] {
+    if (chunk.count == 0) return;
+    chunk.begin[chunk.count] = column;
+    const std::int64_t n = column - chunk.begin[0];
+    launch_elementwise("split_flat", ctx, n, split_kernel<T>, n, chunk, from);
+    chunk.count = 0;
+  };
+  for (Tensor& out : outs) {
+    if (out.numel() == 0) continue;
+    chunk.dst[chunk.count] = static_cast<T*>(out.raw_data());
+    chunk.begin[chunk.count] = column;
+    ++chunk.count;
+    column += out.numel();
+    if (chunk.count == kInputsPerLaunch) launch();
+  }
+  launch();
+}
+
 }  // namespace
+
+void split_flat(const DeviceContext& ctx, const Tensor& src, std::vector<Tensor>& outs) {
+  std::int64_t total = 0;
+  for (const Tensor& out : outs) {
+    TANDEM_CHECK(out.dtype() == src.dtype() && out.device() == src.device(), "split_flat: piece ",
+                 out.description(), " does not match the source ", src.description());
+    total += out.numel();
+  }
+  TANDEM_CHECK(total == src.numel(), "split_flat: the pieces hold ", total, " elements, the source ",
+               src.numel());
+  switch (dtype_size(src.dtype())) {
+    case 1: return split_typed<std::uint8_t>(ctx, src, outs);
+    case 4: return split_typed<std::uint32_t>(ctx, src, outs);
+    case 8: return split_typed<std::uint64_t>(ctx, src, outs);
+    default: TANDEM_FAIL("split_flat: unsupported element size ", dtype_size(src.dtype()));
+  }
+}
 
 void CudaBackend::concat(const std::vector<Tensor>& xs, int axis, Tensor& out) {
   if (out.numel() == 0) return;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace tandem {
@@ -63,6 +64,8 @@ bool conv_direct_only();
 // GPU; off, it runs cell by cell as on the CPU (on by default; TANDEM_CUDNN_RNN=0 starts off).
 void set_cudnn_rnn(bool on);
 bool cudnn_rnn();
+// How many LSTM forwards have run on cuDNN's RNN in this process (tests, diagnostics).
+std::int64_t cudnn_rnn_forwards();
 
 // The caching allocator of device `index`: bytes handed to tensors, bytes kept for reuse.
 struct MemoryStats {

@@ -74,9 +74,9 @@ class CudaBackend final : public Backend {
                              const std::vector<Tensor>& weights, bool training, Tensor& y, Tensor& hy, Tensor& cy,
                              Tensor& packed_weights, Tensor& reserve) override;
   void lstm_sequence_backward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx, const Tensor& cx,
-                              const Tensor& packed_weights, const Tensor& reserve, const Tensor& y, const Tensor& gy,
-                              const Tensor& ghy, const Tensor& gcy, bool weight_grads, Tensor& gx, Tensor& ghx,
-                              Tensor& gcx, std::vector<Tensor>& gweights) override;
+                              const Tensor& packed_weights, const Tensor& reserve, bool keep_reserve, const Tensor& y,
+                              const Tensor& gy, const Tensor& ghy, const Tensor& gcy, bool weight_grads, Tensor& gx,
+                              Tensor& ghx, Tensor& gcx, std::vector<Tensor>& gweights) override;
   void batch_norm_stats(const Tensor& x, std::int64_t outer, std::int64_t channels, std::int64_t inner,
                         Tensor& mean, Tensor& var) override;
   void channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, const Tensor& zscale,
@@ -88,6 +88,11 @@ class CudaBackend final : public Backend {
 };
 
 CudaBackend& backend();
+
+// The inverse of concat for 1-D pieces (concat.cu): outs[i] (contiguous, any shape) receives
+// the next outs[i].numel() elements of `src`, in one launch per 64 pieces.
+struct DeviceContext;
+void split_flat(const DeviceContext& ctx, const Tensor& src, std::vector<Tensor>& outs);
 
 }  // namespace cuda
 }  // namespace tandem

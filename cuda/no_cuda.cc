@@ -25,6 +25,7 @@ void set_conv_direct_only(bool) {}
 bool conv_direct_only() { return true; }
 void set_cudnn_rnn(bool) {}
 bool cudnn_rnn() { return false; }
+std::int64_t cudnn_rnn_forwards() { return 0; }
 MemoryStats memory_stats(int index) {
   require_device(index, "cuda::memory_stats");
   return {};

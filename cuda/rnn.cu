@@ -40,6 +40,8 @@ namespace cuda {
 
 namespace {
 
+std::atomic<std::int64_t> fused_forwards{0};
+
 // TANDEM_CUDNN_RNN=0 (or "false", "off") starts with the fused LSTM off.
 std::atomic<bool> fused_lstm{[] {
   const char* value = std::getenv("TANDEM_CUDNN_RNN");
@@ -256,6 +258,7 @@ Tensor pack_weights(CudaBackend& backend, const DeviceContext& ctx, const LstmPl
 
 void set_cudnn_rnn(bool on) { fused_lstm.store(on); }
 bool cudnn_rnn() { return fused_lstm.load(); }
+std::int64_t cudnn_rnn_forwards() { return fused_forwards.load(); }
 
 bool CudaBackend::lstm_sequence_forward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx,
                                         const Tensor& cx, const std::vector<Tensor>& weights, bool training,
@@ -281,6 +284,7 @@ bool CudaBackend::lstm_sequence_forward(const LstmSequenceShape& shape, const Te
       call.y->desc, out_y.raw_data(), call.state.get(), hx.raw_data(), out_hy.raw_data(), call.state.get(),
       cx.raw_data(), out_cy.raw_data(), call.plan->weight_bytes, packed.raw_data(), call.work_bytes, work.data(),
       training ? call.reserve_bytes : 0, training ? out_reserve.raw_data() : nullptr));
+  fused_forwards.fetch_add(1);
   y = out_y;
   hy = out_hy;
   cy = out_cy;
@@ -291,8 +295,8 @@ bool CudaBackend::lstm_sequence_forward(const LstmSequenceShape& shape, const Te
 
 void CudaBackend::lstm_sequence_backward(const LstmSequenceShape& shape, const Tensor& x, const Tensor& hx,
                                          const Tensor& cx, const Tensor& packed_weights, const Tensor& reserve,
-                                         const Tensor& y, const Tensor& gy, const Tensor& ghy, const Tensor& gcy,
-                                         bool weight_grads, Tensor& gx, Tensor& ghx, Tensor& gcx,
+                                         bool keep_reserve, const Tensor& y, const Tensor& gy, const Tensor& ghy,
+                                         const Tensor& gcy, bool weight_grads, Tensor& gx, Tensor& ghx, Tensor& gcx,
                                          std::vector<Tensor>& gweights) {
   const char* op = "n_step_lstm backward (cuDNN)";
   const DeviceContext& ctx = context_of(x, op);
@@ -304,7 +308,7 @@ void CudaBackend::lstm_sequence_backward(const LstmSequenceShape& shape, const T
                " bytes) do not fit this configuration (", call.reserve_bytes, ", ", call.plan->weight_bytes, ")");
   // The backward of the data writes into the reserve: a second backward over the same graph
   // (retain_graph) must start from the forward's.
-  Tensor scratch_reserve = reserve.clone();
+  Tensor scratch_reserve = keep_reserve ? reserve.clone() : reserve;
   const std::int64_t B = static_cast<std::int64_t>(shape.lengths.size());
   const Shape state{shape.layers, B, shape.hidden};
   Tensor out_gx(x.shape(), x.dtype(), x.device());
@@ -326,14 +330,22 @@ void CudaBackend::lstm_sequence_backward(const LstmSequenceShape& shape, const T
         call.x->desc, x.raw_data(), call.state.get(), hx.raw_data(), call.y->desc, y.raw_data(),
         call.plan->weight_bytes, dw.raw_data(), call.work_bytes, work.data(), call.reserve_bytes,
         scratch_reserve.raw_data()));
+    // One tensor per weight, as every other backward returns (views of dw would share memory, and
+    // the engine copies a shared gradient before handing it to the optimizer): split by runs.
     for (std::size_t k = 0; k < call.plan->slots.size(); ++k) {
       const std::int64_t l = static_cast<std::int64_t>(k) / 16, j = static_cast<std::int64_t>(k) % 16;
-      const Shape shape_k = j >= 8 ? Shape{shape.hidden}
-                                   : Shape{shape.hidden, j < 4 && l == 0 ? shape.input_size : shape.hidden};
-      const WeightSlot& s = call.plan->slots[k];
-      gweights.push_back(
-          dw.slice_rows(static_cast<std::int64_t>(s.offset), static_cast<std::int64_t>(s.offset) + s.numel)
-              .reshape(shape_k));
+      gweights.emplace_back(j >= 8 ? Shape{shape.hidden}
+                                   : Shape{shape.hidden, j < 4 && l == 0 ? shape.input_size : shape.hidden},
+                            x.dtype(), x.device());
+    }
+    for (const std::vector<int>& run : call.plan->runs) {
+      std::vector<Tensor> pieces;
+      for (int k : run) pieces.push_back(gweights[k]);
+      const WeightSlot& first = call.plan->slots[run.front()];
+      const WeightSlot& last = call.plan->slots[run.back()];
+      split_flat(ctx, dw.slice_rows(static_cast<std::int64_t>(first.offset),
+                                    static_cast<std::int64_t>(last.offset) + last.numel),
+                 pieces);
     }
   }
   gx = out_gx;

@@ -2,7 +2,7 @@
 # Runs what scripts/gpu_stage.sh staged, on a GPU machine without Bazel, MPICH, OpenBLAS or
 # Catch2 (the device tool's machines), from the repository root:
 #
-#   bash scripts/gpu_run.sh [--tests-only | --bench-only | --phases "tests train memcheck bench"] [STAGE]
+#   bash scripts/gpu_run.sh [--tests-only | --bench-only | --phases "tests train memcheck bench ab ncu"] [STAGE]
 #
 # STAGE: the archive or the folder gpu_stage.sh made (default .cache/gpu_stage.tar.xz when it
 # exists, else .cache/gpu_stage). Through the device tool:
@@ -23,6 +23,8 @@
 #    any error fails the test.
 # 5. bench: the benchmarks with what time is left (scripts/bench_gpu.sh: tandem, raw
 #    cuBLAS/cuDNN, PyTorch; its table).
+# 6. ab (only when asked for): one of tandem's benchmarks under several settings in one sitting
+#    (GPU_AB_SETTINGS, see run_ab); ncu (only when asked for): its kernels under Nsight Compute.
 # Each phase ends by its own deadline, which keeps back time for the phases after it (RESERVE).
 # Everything stays within GPU_RUN_BUDGET seconds (default 570: the device tool's 10-minute limit).
 #
@@ -167,7 +169,9 @@ EOF
       train) run_train || status=1 ;;
       memcheck) run_memcheck || status=1 ;;
       bench) run_bench || status=1 ;;
-      *) echo "gpu_run.sh: unknown phase $phase (tests, train, memcheck, bench)"; status=1 ;;
+      ab) run_ab || status=1 ;;
+      ncu) run_ncu || status=1 ;;
+      *) echo "gpu_run.sh: unknown phase $phase (tests, train, memcheck, bench, ab, ncu)"; status=1 ;;
     esac
   done
   echo "# gpu_run.sh: exit $status after $(elapsed); files in $RES"
@@ -175,7 +179,7 @@ EOF
 }
 
 # Seconds each phase keeps back for those after it: what each needs at least to say something.
-declare -A RESERVE=([tests]=0 [train]=70 [memcheck]=90 [bench]=100)
+declare -A RESERVE=([tests]=0 [train]=70 [memcheck]=90 [bench]=100 [ab]=40 [ncu]=40)
 reserve_after() {  # PHASE -> the reserves of the phases listed after it
   local p seen=0 sum=0
   for p in $PHASES; do
@@ -381,6 +385,48 @@ run_bench() {
   # and table.md into $OUT.
   OMP_NUM_THREADS=$(nproc) OUT=$RES BENCH_BIN="$STAGE/bin" BENCH_DEADLINE=$((PHASE_DEADLINE - 5)) \
     bash "$ROOT/scripts/bench_gpu.sh"
+}
+
+# --- A/B: one benchmark under several settings, interleaved, in one sitting -----------------------
+
+# GPU_AB_SETTINGS: settings separated by ";", each a space-separated list of VAR=value (default:
+# the LSTM cell by cell, then on cuDNN's RNN); GPU_AB_ONLY: BENCH_ONLY of train_step_bench
+# (default lstm); GPU_AB_REPEAT rounds (default 2). Lines go to gpu_run.log and ab.txt, each
+# round's settings announced by a "# ab:" line.
+run_ab() {
+  local settings=${GPU_AB_SETTINGS:-TANDEM_CUDNN_RNN=0;TANDEM_CUDNN_RNN=1}
+  local only=${GPU_AB_ONLY:-lstm} repeat=${GPU_AB_REPEAT:-2} round setting
+  echo
+  echo "# ---- A/B: train_step_bench BENCH_ONLY=\"$only\" under: $settings; $repeat rounds ----"
+  local -a list
+  IFS=';' read -r -a list <<< "$settings"
+  for ((round = 1; round <= repeat; ++round)); do
+    for setting in "${list[@]}"; do
+      if (($(now) + 10 > PHASE_DEADLINE)); then echo "# ab: out of time"; return 1; fi
+      echo "# ab: round $round: $setting" | tee -a "$RES/ab.txt"
+      # shellcheck disable=SC2086
+      env $setting BENCH_DEVICE=cuda:0 BENCH_ONLY="$only" BENCH_SCALE=${BENCH_SCALE:-1} \
+        timeout $((PHASE_DEADLINE - $(now))) "$STAGE/bin/train_step_bench" 2>&1 | tee -a "$RES/ab.txt" | grep -v "^tandem cuDNN"
+    done
+  done
+}
+
+# --- ncu: the kernels of one benchmark (GPU_NCU_ONLY, default lstm) with their durations ---------
+
+# GPU_NCU_ENV: settings (VAR=value ...) for the profiled run; GPU_NCU_COUNT kernels at most
+# (default 3000). The per-kernel summary goes to ncu.txt.
+run_ncu() {
+  local only=${GPU_NCU_ONLY:-lstm}
+  echo
+  echo "# ---- ncu: train_step_bench BENCH_ONLY=\"$only\" ${GPU_NCU_ENV:-} ----"
+  command -v ncu > /dev/null || { echo "# ncu: not installed"; return 1; }
+  # shellcheck disable=SC2086
+  env ${GPU_NCU_ENV:-} BENCH_DEVICE=cuda:0 BENCH_ONLY="$only" BENCH_SCALE=0.1 \
+    timeout $((PHASE_DEADLINE - $(now))) ncu --metrics gpu__time_duration.sum -c "${GPU_NCU_COUNT:-3000}" \
+    --print-summary per-kernel "$STAGE/bin/train_step_bench" > "$RES/ncu.txt" 2>&1
+  local rc=$?
+  grep -E "^  [A-Za-z_].*\(|gpu__time_duration" "$RES/ncu.txt" | head -80
+  return $rc
 }
 
 main 2>&1 | tee -a "$RES/gpu_run.log"

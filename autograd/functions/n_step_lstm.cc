@@ -330,7 +330,7 @@ class NStepLSTM : public FunctionNode {
     if (!any_x && !weight_grads && !needs_input_grad(layout_.hx()) && !needs_input_grad(layout_.cx())) return out;
 
     const LstmSequenceGrads g =
-        lstm_sequence_backward(fused_shape_, forward, x, hx, cx, packed_output_grads(grads, pack_idx),
+        lstm_sequence_backward(fused_shape_, forward, graph_retained(), x, hx, cx, packed_output_grads(grads, pack_idx),
                                gather_state(grads[0], sort_idx), gather_state(grads[1], sort_idx), weight_grads);
     if (needs_input_grad(layout_.hx())) out[layout_.hx()] = gather_state(g.ghx, unsort_idx);
     if (needs_input_grad(layout_.cx())) out[layout_.cx()] = gather_state(g.gcx, unsort_idx);

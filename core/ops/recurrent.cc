@@ -67,8 +67,8 @@ std::optional<LstmSequence> lstm_sequence_forward(const LstmSequenceShape& shape
 }
 
 LstmSequenceGrads lstm_sequence_backward(const LstmSequenceShape& shape, const LstmSequence& forward,
-                                         const Tensor& x, const Tensor& hx, const Tensor& cx, const Tensor& gy,
-                                         const Tensor& ghy, const Tensor& gcy, bool weight_grads) {
+                                         bool keep_forward, const Tensor& x, const Tensor& hx, const Tensor& cx,
+                                         const Tensor& gy, const Tensor& ghy, const Tensor& gcy, bool weight_grads) {
   const char* op = "lstm_sequence_backward";
   check_sequence(shape, x, hx, cx, op);
   TANDEM_CHECK(forward.reserve.defined(), op, ": the forward did not run in training mode");
@@ -79,7 +79,7 @@ LstmSequenceGrads lstm_sequence_backward(const LstmSequenceShape& shape, const L
                " and gcy ", gcy.description(), " must be shaped like hx ", hx.description());
   LstmSequenceGrads g;
   backend_for(x.device(), op)
-      .lstm_sequence_backward(shape, x, hx, cx, forward.packed_weights, forward.reserve, forward.y, gy,
+      .lstm_sequence_backward(shape, x, hx, cx, forward.packed_weights, forward.reserve, keep_forward, forward.y, gy,
                               ghy, gcy, weight_grads, g.gx, g.ghx, g.gcx, g.gweights);
   return g;
 }

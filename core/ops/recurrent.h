@@ -45,8 +45,10 @@ struct LstmSequenceGrads {
   Tensor gx, ghx, gcx;
   std::vector<Tensor> gweights;  // like `weights` (when weight_grads)
 };
+// keep_forward: another backward will use `forward` again (retain_graph), which this one must
+// then leave as it is.
 LstmSequenceGrads lstm_sequence_backward(const LstmSequenceShape& shape, const LstmSequence& forward,
-                                         const Tensor& x, const Tensor& hx, const Tensor& cx, const Tensor& gy,
-                                         const Tensor& ghy, const Tensor& gcy, bool weight_grads);
+                                         bool keep_forward, const Tensor& x, const Tensor& hx, const Tensor& cx,
+                                         const Tensor& gy, const Tensor& ghy, const Tensor& gcy, bool weight_grads);
 
 }  // namespace tandem

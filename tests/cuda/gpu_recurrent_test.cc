@@ -159,8 +159,8 @@ TEST_CASE("n_step_lstm numerical gradients on the GPU", "[recurrent][n_step_lstm
 }
 
 // n_step_lstm without dropout runs on cuDNN's RNN (cuda/rnn.cu); cuda::set_cudnn_rnn(false) runs
-// it cell by cell as on the CPU. Both paths on the GPU must agree, with the gradients of the
-// fused one landing as views of one gradient buffer (which shows it ran).
+// it cell by cell as on the CPU. Both paths on the GPU must agree (cuda::cudnn_rnn_forwards()
+// shows which one ran).
 TEST_CASE("n_step_lstm on cuDNN's RNN matches the cell-by-cell GPU path", "[recurrent][n_step_lstm][cudnn]") {
   struct Case {
     std::int64_t layers, in_size, units;
@@ -184,10 +184,13 @@ TEST_CASE("n_step_lstm on cuDNN's RNN matches the cell-by-cell GPU path", "[recu
       const Problem p = make_problem(c.layers, c.in_size, c.units, c.lengths, seed += 100, dtype);
       TrainModeGuard train(true);
       const GradcheckFunction fn = lstm_fn(c.layers, batch, 0, c.with_states);
+      const std::int64_t before = cuda::cudnn_rnn_forwards();
       cuda::set_cudnn_rnn(false);
       const GraphResult cells = run_graph(fn, p.inputs, gpu(), 3);
+      REQUIRE(cuda::cudnn_rnn_forwards() == before);
       cuda::set_cudnn_rnn(true);
       const GraphResult fused = run_graph(fn, p.inputs, gpu(), 3);
+      REQUIRE(cuda::cudnn_rnn_forwards() == before + 1);
       const Tolerance value_tol = for_dtype(dtype, 2e-5, 1e-12), grad_tol = for_dtype(dtype, 1e-3, 1e-11);
       for (std::size_t k = 0; k < cells.outputs.size(); ++k) {
         INFO("output " << k);
@@ -198,9 +201,8 @@ TEST_CASE("n_step_lstm on cuDNN's RNN matches the cell-by-cell GPU path", "[recu
         if (i < 2 && !c.with_states) continue;
         REQUIRE_GPU_MATCHES(fused.grads[i], to_cpu(cells.grads[i]), grad_tol);
       }
-      // ws[0][0] and bs[last][7]: views of cuDNN's one gradient buffer.
-      REQUIRE(fused.grads[2].shares_storage_with(fused.grads[2 + 16 * c.layers - 1]));
-      REQUIRE_FALSE(cells.grads[2].shares_storage_with(cells.grads[2 + 16 * c.layers - 1]));
+      // Every weight's gradient in memory of its own (none shared: no copy by the engine).
+      REQUIRE_FALSE(fused.grads[2].shares_storage_with(fused.grads[2 + 16 * c.layers - 1]));
     }
   }
 }
@@ -223,4 +225,21 @@ TEST_CASE("n_step_lstm on cuDNN: a second backward through a kept graph gives th
   REQUIRE_GPU_MATCHES(leaves[0].grad(), to_cpu(first[0]), near(1e-14));
   REQUIRE_GPU_MATCHES(leaves[2].grad(), to_cpu(first[1]), near(1e-14));
   REQUIRE_GPU_MATCHES(leaves.back().grad(), to_cpu(first[2]), near(1e-14));
+}
+
+TEST_CASE("n_step_lstm keeps dropout and empty sequences on the cell-by-cell path", "[recurrent][n_step_lstm][cudnn]") {
+  // cuDNN's dropout would draw other masks than tandem's generator (and the CPU), and its packed
+  // layout has no empty sequences.
+  struct Case {
+    std::vector<std::int64_t> lengths;
+    double dropout;
+  };
+  for (const Case& c : {Case{{3, 0, 2}, 0}, Case{{3, 1, 2}, 0.25}}) {
+    const std::int64_t batch = static_cast<std::int64_t>(c.lengths.size());
+    const Problem p = make_problem(2, 3, 4, c.lengths, 1200, DType::f64);
+    TrainModeGuard train(true);
+    const std::int64_t before = cuda::cudnn_rnn_forwards();
+    check_function(lstm_fn(2, batch, c.dropout, true, 5), p.inputs, near(1e-12), near(1e-11));
+    REQUIRE(cuda::cudnn_rnn_forwards() == before);
+  }
 }
