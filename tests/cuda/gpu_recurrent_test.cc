@@ -191,7 +191,11 @@ TEST_CASE("n_step_lstm on cuDNN's RNN matches the cell-by-cell GPU path", "[recu
       cuda::set_cudnn_rnn(true);
       const GraphResult fused = run_graph(fn, p.inputs, gpu(), 3);
       REQUIRE(cuda::cudnn_rnn_forwards() == before + 1);
-      const Tolerance value_tol = for_dtype(dtype, 2e-5, 1e-12), grad_tol = for_dtype(dtype, 1e-3, 1e-11);
+      // The two paths sum in different orders; on an H100 the f64 gradients of the initial states
+      // through 25 steps of 2 layers of 256 units differed by up to 2e-10 relative (values: under
+      // 1e-12), the rounding of 256-term sums compounded over 50 cell steps.
+      const Tolerance value_tol = for_dtype(dtype, 2e-5, 1e-12),
+                      grad_tol = for_dtype(dtype, 1e-3, c.units >= 256 ? 1e-9 : 1e-11);
       for (std::size_t k = 0; k < cells.outputs.size(); ++k) {
         INFO("output " << k);
         REQUIRE_GPU_MATCHES(fused.outputs[k], to_cpu(cells.outputs[k]), value_tol);
