@@ -6,6 +6,7 @@
 #include "autograd/function_node.h"
 #include "autograd/functions/activation.h"
 #include "autograd/functions/arithmetic.h"
+#include "autograd/functions/attention.h"
 #include "autograd/functions/array.h"
 #include "autograd/functions/convolution.h"
 #include "autograd/functions/embed_id.h"

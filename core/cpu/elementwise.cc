@@ -36,6 +36,21 @@ void exact_sqrt(const T* in, T* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = std::sqrt(in[i]);
 }
 
+// Eigen's packet exp clamps its argument to about log(the smallest normal), so below that it
+// returns the smallest normal instead of the denormal or 0 that IEEE's exp gives: exp(-inf) was
+// 1.2e-38 in f32 (5.6e-309 in f64) in the vector body and 0 in the scalar tail, so a softmax
+// over a -inf mask (causal attention) leaked weight and depended on an element's position, and
+// differed from the GPU's exp. Those arguments take std::exp instead.
+// The vector pass keeps those arguments as they are (negative, where every exp is >= 0; safe
+// when out is in), and a scalar pass finishes them.
+template <typename T>
+void exp_chunk(const ConstArrayMap<T>& x, ArrayMap<T>& y, T* out, std::int64_t n) {
+  const T lowest_normal_log = std::log(std::numeric_limits<T>::min());
+  y = (x < lowest_normal_log).select(x, x.exp());
+  for (std::int64_t i = 0; i < n; ++i)
+    if (out[i] < T(0)) out[i] = std::exp(out[i]);
+}
+
 template <typename T>
 void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, double p1) {
   ConstArrayMap<T> x(in, n);
@@ -55,7 +70,7 @@ void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, dou
   }
   if constexpr (std::is_floating_point<T>::value) {
     switch (op) {
-      case UnaryOp::exp: y = x.exp(); return;
+      case UnaryOp::exp: exp_chunk(x, y, out, n); return;
       case UnaryOp::log: y = x.log(); return;
       case UnaryOp::tanh: y = x.tanh(); return;
       // 1 / (1 + exp(-x)) overflows gracefully to 0 for very negative x in IEEE arithmetic.

@@ -443,3 +443,22 @@ TEST_CASE("sqrt is IEEE's at every position: inf, -0, subnormals, negatives", "[
     }
   }
 }
+
+TEST_CASE("exp underflows as IEEE's: denormals, then 0, and 0 at -inf, at every position", "[elementwise][exp]") {
+  // Eigen's packet exp returned the smallest normal for every argument below its clamp, in the
+  // vector body only (so exp(-inf) depended on the element's position); a softmax over a -inf
+  // mask then leaked weight.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dtype));
+    std::vector<double> in;
+    for (int i = 0; i < 37; ++i) in.push_back(i % 4 == 0 ? -inf : i % 4 == 1 ? -100.0 - i : i % 4 == 2 ? -800.0 : -1.5);
+    Tensor x = from_vector<double>(in, {static_cast<std::int64_t>(in.size())}).to(dtype);
+    const std::vector<double> got = exp(x).to_vector<double>();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      INFO("x = " << in[i]);
+      const double want = dtype == DType::f32 ? static_cast<double>(std::exp(static_cast<float>(in[i]))) : std::exp(in[i]);
+      CHECK(got[i] == want);
+    }
+  }
+}

@@ -1,0 +1,51 @@
+#include "autograd/functions/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/functions/arithmetic.h"
+#include "autograd/functions/linalg.h"
+#include "autograd/functions/softmax.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace tandem {
+namespace functions {
+
+namespace {
+
+// [Tq, Tk]: 0 where query i sees key j (j <= i + Tk - Tq), -inf elsewhere; a constant.
+Tensor causal_mask(std::int64_t tq, std::int64_t tk, DType dtype, Device device) {
+  std::vector<double> values(static_cast<std::size_t>(tq * tk), 0.0);
+  for (std::int64_t i = 0; i < tq; ++i)
+    for (std::int64_t j = i + tk - tq + 1; j < tk; ++j) values[i * tk + j] = -std::numeric_limits<double>::infinity();
+  return from_vector<double>(values, {tq, tk}).to(dtype).to(device);
+}
+
+}  // namespace
+
+Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v, bool causal) {
+  const char* op = "scaled_dot_product_attention";
+  TANDEM_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
+  TANDEM_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op, ": q ", q.description(), ", k ",
+               k.description(), " and v ", v.description(), " must have the same number (>= 2) of axes");
+  const std::size_t n = q.dim();
+  for (std::size_t a = 0; a + 2 < n; ++a)
+    TANDEM_CHECK(q.shape()[a] == k.shape()[a] && q.shape()[a] == v.shape()[a], op, ": leading axes differ: q ",
+                 q.description(), ", k ", k.description(), ", v ", v.description());
+  const std::int64_t tq = q.shape()[n - 2], d = q.shape()[n - 1], tk = k.shape()[n - 2];
+  TANDEM_CHECK(k.shape()[n - 1] == d, op, ": q ", q.description(), " and k ", k.description(),
+               " must have the same last axis (d)");
+  TANDEM_CHECK(v.shape()[n - 2] == tk, op, ": v ", v.description(), " must have one row per key of k ",
+               k.description());
+  TANDEM_CHECK(!causal || tk >= tq, op, ": causal attention needs at least as many keys (", tk, ") as queries (",
+               tq, ")");
+  TANDEM_CHECK(d > 0, op, ": d = 0 (q ", q.description(), ")");
+  Variable scores = mul(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(d)));
+  if (causal && tk > 1) scores = add(scores, Variable(causal_mask(tq, tk, q.dtype(), q.device())));
+  return matmul(softmax(scores, -1), v);
+}
+
+}  // namespace functions
+}  // namespace tandem
