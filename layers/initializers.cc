@@ -1,6 +1,8 @@
 #include "layers/initializers.h"
 
 #include <cmath>
+#include <memory>
+#include <utility>
 
 #include "core/ops.h"
 
@@ -52,6 +54,20 @@ Initializer glorot_uniform(double scale) {
   return [scale](const Shape& shape, DType dtype) {
     const double s = scale * std::sqrt(6.0 / static_cast<double>(fan_in(shape) + fan_out(shape)));
     return rand_uniform(shape, generator(), -s, s, dtype);
+  };
+}
+
+Initializer seeded(std::uint64_t seed, Initializer base) {
+  TANDEM_CHECK(base != nullptr, "initializers::seeded: the base initializer is null");
+  auto own = std::make_shared<Generator>(seed);
+  return [own, base = std::move(base)](const Shape& shape, DType dtype) {
+    // The base draws from generator(): lend it this generator's state for the call.
+    std::swap(generator(), *own);
+    struct Restore {
+      Generator& own;
+      ~Restore() { std::swap(generator(), own); }
+    } restore{*own};
+    return base(shape, dtype);
   };
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/functions/arithmetic.h"
+#include "autograd/functions/array.h"
 #include "autograd/functions/linalg.h"
 #include "autograd/functions/softmax.h"
 #include "core/error.h"
@@ -45,6 +46,24 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   Variable scores = mul(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(d)));
   if (causal && tk > 1) scores = add(scores, Variable(causal_mask(tq, tk, q.dtype(), q.device())));
   return matmul(softmax(scores, -1), v);
+}
+
+Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool causal) {
+  const char* op = "multi_head_self_attention";
+  TANDEM_CHECK(qkv.defined() && qkv.dim() == 3, op, ": qkv must be [B, T, heads * 3 * d], not ",
+               qkv.defined() ? qkv.description() : std::string("undefined"));
+  const std::int64_t B = qkv.shape()[0], T = qkv.shape()[1], features = qkv.shape()[2];
+  TANDEM_CHECK(heads > 0 && features % (3 * heads) == 0 && features > 0, op, ": qkv ", qkv.description(),
+               " does not hold ", heads, " head(s) of q, k and v: its last axis must be a positive multiple of 3 * ",
+               heads);
+  const std::int64_t d = features / (3 * heads);
+  // [B, T, H, 3, d] -> [3, B, H, T, d]: q, k and v of every head as batched matrices.
+  const Variable grouped = transpose(reshape(qkv, {B, T, heads, 3, d}), {3, 0, 2, 1, 4});
+  const Variables parts = split_axis(grouped, 3, 0);
+  const Variable q = reshape(parts[0], {B, heads, T, d}), k = reshape(parts[1], {B, heads, T, d}),
+                 v = reshape(parts[2], {B, heads, T, d});
+  const Variable out = scaled_dot_product_attention(q, k, v, causal);  // [B, H, T, d]
+  return reshape(transpose(out, {0, 2, 1, 3}), {B, T, heads * d});
 }
 
 }  // namespace functions

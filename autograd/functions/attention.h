@@ -14,5 +14,12 @@ namespace functions {
 // zero weight and zero gradient, and every query sees at least one key (Tk >= Tq is required).
 Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v, bool causal = false);
 
+// Multi-head self-attention from the projected queries, keys and values of every head, packed
+// per head as Megatron-LM packs them: qkv [B, T, heads * 3 * d] holds, for head h, q, k and v
+// (d features each) at [h * 3d, h * 3d + 3d). Returns the heads' outputs side by side,
+// [B, T, heads * d] (head h at [h * d, h * d + d)). Packing per head lets a tensor-parallel
+// projection give each rank whole heads: a contiguous share of the features is a set of heads.
+Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool causal = true);
+
 }  // namespace functions
 }  // namespace tandem

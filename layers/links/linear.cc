@@ -1,5 +1,6 @@
 #include "layers/links/linear.h"
 
+#include "autograd/functions/array.h"
 #include "autograd/functions/linalg.h"
 
 namespace tandem {
@@ -33,6 +34,17 @@ Variable Linear::forward(const Variable& x) {
     initialize_W(shape_numel(Shape(x.shape().begin() + 1, x.shape().end())));
   }
   return functions::linear(x, param("W"), options_.nobias ? Variable() : param("b"));
+}
+
+Variable forward_last_axis(Link& link, const Variable& x) {
+  TANDEM_CHECK(x.defined() && x.dim() >= 1, link.type_name(), ": input must have a feature axis, got ",
+               x.defined() ? x.description() : std::string("undefined"));
+  if (x.dim() == 2) return link.forward(x);
+  const Shape& shape = x.shape();
+  Variable y = link.forward(functions::reshape(x, {-1, shape.back()}));
+  Shape out(shape.begin(), shape.end() - 1);
+  out.push_back(y.shape()[1]);
+  return functions::reshape(y, out);
 }
 
 }  // namespace tandem

@@ -39,4 +39,9 @@ class Linear : public Link {
   LinearOptions options_;
 };
 
+// Applies a link that maps rows [N, in] to [N, out] (Linear, or a tensor-parallel linear) to the
+// last axis of x [..., in], giving [..., out]: Linear flattens every axis after the first into
+// features (Chainer's convention), so a sequence [B, T, in] is first made rows [B * T, in].
+Variable forward_last_axis(Link& link, const Variable& x);
+
 }  // namespace tandem

@@ -104,3 +104,44 @@ TEST_CASE("scaled_dot_product_attention: errors name the shapes", "[attention]")
   REQUIRE_THROWS_WITH(F::scaled_dot_product_attention(q, Variable(uniform({3, 5, 4}, 7)), v),
                       Catch::Contains("leading axes differ"));
 }
+
+TEST_CASE("multi_head_self_attention: each head attends with its own packed q, k, v", "[attention]") {
+  // qkv [B, T, H * 3 * d]: head h's q, k, v at [h * 3d, h * 3d + 3d).
+  const std::int64_t B = 2, T = 4, H = 3, d = 2;
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    const Tensor qkv = uniform({B, T, H * 3 * d}, 60 + causal, -2, 2);
+    const std::vector<double> packed = qkv.to_vector<double>();
+    const std::vector<double> got =
+        F::multi_head_self_attention(Variable(qkv), H, causal).data().to_vector<double>();
+    REQUIRE(got.size() == static_cast<std::size_t>(B * T * H * d));
+    for (std::int64_t h = 0; h < H; ++h) {
+      // This head's q, k, v as [B, T, d] each, then the reference attention.
+      std::vector<double> part[3];
+      for (int which = 0; which < 3; ++which)
+        for (std::int64_t b = 0; b < B; ++b)
+          for (std::int64_t t = 0; t < T; ++t)
+            for (std::int64_t c = 0; c < d; ++c)
+              part[which].push_back(packed[((b * T + t) * H + h) * 3 * d + which * d + c]);
+      const auto as_tensor = [&](const std::vector<double>& v) { return from_vector<double>(v, {B, T, d}); };
+      const std::vector<double> want = reference(as_tensor(part[0]), as_tensor(part[1]), as_tensor(part[2]), causal);
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t t = 0; t < T; ++t)
+          for (std::int64_t c = 0; c < d; ++c)
+            CHECK(got[((b * T + t) * H + h) * d + c] == Approx(want[(b * T + t) * d + c]).epsilon(1e-12).margin(1e-14));
+    }
+  }
+}
+
+TEST_CASE("multi_head_self_attention: gradients and errors", "[attention][gradcheck]") {
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    REQUIRE_GRADCHECK([causal](const Variables& x) -> Variables {
+      return {F::multi_head_self_attention(x[0], 2, causal)};
+    }, {uniform({2, 3, 2 * 3 * 2}, 70 + causal)});
+  }
+  const Variable qkv(uniform({2, 3, 12}, 80));
+  REQUIRE_THROWS_WITH(F::multi_head_self_attention(qkv, 5), Catch::Contains("does not hold 5 head(s)"));
+  REQUIRE_THROWS_WITH(F::multi_head_self_attention(Variable(uniform({6, 12}, 81)), 2),
+                      Catch::Contains("must be [B, T, heads * 3 * d]"));
+}
