@@ -1,4 +1,4 @@
-// Everything in data/: datasets, batch assembly, iterators and the MNIST reader.
+// Everything in data/: datasets, batch assembly, iterators, the MNIST reader and the text corpus.
 #pragma once
 
 #include "data/concat_examples.h"
@@ -7,4 +7,5 @@
 #include "data/mnist.h"
 #include "data/permutation.h"
 #include "data/sub_dataset.h"
+#include "data/text_corpus.h"
 #include "data/tuple_dataset.h"

@@ -15,6 +15,7 @@ PACKAGES=(
   libcli11-dev  # the trainers' command-line flags
   libopenblas0-openmp  # fp32/fp64 GEMM (core/cpu/matmul.cc), the OpenMP build of OpenBLAS
   dataset-fashion-mnist
+  fortunes  # English text for the character language model (examples/lm, data/text_corpus.h)
   python3-numpy  # tests: .npz files must round-trip with NumPy
   clang lld libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: clang 14, lld, libFuzzer + sanitizer runtimes, OpenMP
 )

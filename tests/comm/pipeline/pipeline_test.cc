@@ -523,3 +523,40 @@ TEST_CASE("profile: measured costs and timeline of a real step; 1F1B keeps less 
   // Rank 0 keeps all 4P microbatches under GPipe, at most P under 1F1B.
   if (comm->rank() == 0) CHECK(peak[0] > 2 * peak[1]);
 }
+
+TEST_CASE("make_parallel_layout: tensor x pipeline x data groups, and a split that does not divide") {
+  const CommunicatorPtr comm = world();
+  const int size = comm->size(), rank = comm->rank();
+  // Every factorisation tensor x pipeline x data of this size.
+  for (int tp = 1; tp <= size; ++tp)
+    for (int pp = 1; tp * pp <= size; ++pp) {
+      if (size % (tp * pp) != 0) continue;
+      INFO("tp " << tp << " pp " << pp);
+      const pipeline::ParallelLayout layout = pipeline::make_parallel_layout(comm, tp, pp);
+      const int dp = size / (tp * pp);
+      REQUIRE(layout.data_parallel == dp);
+      REQUIRE(rank == (layout.data_rank * pp + layout.stage_rank) * tp + layout.tensor_rank);
+      REQUIRE(layout.tensor->size() == tp);
+      REQUIRE(layout.tensor->rank() == layout.tensor_rank);
+      REQUIRE(layout.pipeline->size() == pp);
+      REQUIRE(layout.pipeline->rank() == layout.stage_rank);
+      REQUIRE(layout.data->size() == dp);
+      REQUIRE(layout.data->rank() == layout.data_rank);
+      // Each group holds the world ranks that differ from this one in its own coordinate only.
+      const auto members = [&](Communicator& group) {
+        std::vector<double> all;
+        for (const Tensor& t : group.allgather(from_vector(std::vector<double>{double(rank)}, {1})))
+          all.push_back(t.to_vector<double>()[0]);
+        return all;
+      };
+      std::vector<double> want_tensor, want_pipeline, want_data;
+      for (int t = 0; t < tp; ++t) want_tensor.push_back((layout.data_rank * pp + layout.stage_rank) * tp + t);
+      for (int p = 0; p < pp; ++p) want_pipeline.push_back((layout.data_rank * pp + p) * tp + layout.tensor_rank);
+      for (int d = 0; d < dp; ++d) want_data.push_back((d * pp + layout.stage_rank) * tp + layout.tensor_rank);
+      CHECK(members(*layout.tensor) == want_tensor);
+      CHECK(members(*layout.pipeline) == want_pipeline);
+      CHECK(members(*layout.data) == want_data);
+    }
+  REQUIRE_THROWS_WITH(pipeline::make_parallel_layout(comm, size + 1, 1),
+                      Contains("cannot be split as tensor parallel " + std::to_string(size + 1)));
+}
