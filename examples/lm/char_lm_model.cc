@@ -1,0 +1,146 @@
+#include "examples/lm/char_lm_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "comm/functions/parallel_region.h"
+#include "comm/functions/vocab_parallel_cross_entropy.h"
+#include "comm/links/parallel_transformer.h"
+#include "comm/links/vocab_parallel_embedding.h"
+#include "layers/initializers.h"
+#include "layers/links/embed_id.h"
+#include "layers/links/layer_normalization.h"
+#include "layers/links/linear.h"
+#include "layers/links/positional_embedding.h"
+#include "layers/links/transformer.h"
+
+namespace tandem::examples {
+
+namespace F = functions;
+
+namespace {
+
+// The seed of layer `index`'s initialiser: blocks are 0 .. layers - 1, the embeddings and the
+// head after them, so no two layers share a stream.
+std::uint64_t layer_seed(const CharLMConfig& config, std::int64_t index) {
+  return config.seed * 1000003ULL + static_cast<std::uint64_t>(index);
+}
+
+}  // namespace
+
+CharLMStage::CharLMStage(const CharLMConfig& config, int stage, int stages, CommunicatorPtr tensor_group)
+    : config_(config), stage_(stage), stages_(stages), tensor_group_(std::move(tensor_group)) {
+  TANDEM_CHECK(config.vocabulary > 0 && config.context > 0 && config.dim > 0 && config.layers > 0,
+               "CharLMStage: vocabulary, context, dim and layers must be positive, got ", config.vocabulary, ", ",
+               config.context, ", ", config.dim, ", ", config.layers);
+  TANDEM_CHECK(stages >= 1 && stage >= 0 && stage < stages && stages <= config.layers, "CharLMStage: stage ", stage,
+               " of ", stages, " with ", config.layers, " block(s): every stage needs a block");
+  const std::int64_t L = config.layers;
+  const int per = static_cast<int>(L / stages), extra = static_cast<int>(L % stages);
+  first_block_ = stage * per + std::min(stage, extra);
+  const int count = per + (stage < extra ? 1 : 0);
+
+  if (first()) {
+    // GPT-2's N(0, 0.02) embeddings: with the pre-norm blocks the residual stream starts small.
+    const auto embedding_init = initializers::seeded(layer_seed(config, L), initializers::normal(0.02));
+    token_ = tensor_group_ ? LinkPtr(std::make_shared<VocabParallelEmbedding>(tensor_group_, config.vocabulary,
+                                                                              config.dim, std::nullopt, embedding_init))
+                           : LinkPtr(std::make_shared<EmbedID>(config.vocabulary, config.dim, std::nullopt,
+                                                               embedding_init));
+    add_child("token", token_);
+    position_ = std::make_shared<PositionalEmbedding>(
+        config.context, config.dim, initializers::seeded(layer_seed(config, L + 1), initializers::normal(0.02)));
+    add_child("position", position_);
+  }
+  for (int b = first_block_; b < first_block_ + count; ++b) {
+    TransformerBlockOptions options;
+    options.heads = config.heads;
+    options.mlp_ratio = config.mlp_ratio;
+    options.linear.initialW = initializers::seeded(layer_seed(config, b), initializers::lecun_normal());
+    LinkPtr block = tensor_group_ ? LinkPtr(make_parallel_transformer_block(tensor_group_, config.dim, options))
+                                  : LinkPtr(std::make_shared<TransformerBlock>(config.dim, options));
+    add_child("block" + std::to_string(b), block);
+    blocks_.push_back(block);
+  }
+  if (last()) {
+    final_norm_ = std::make_shared<LayerNormalization>(config.dim, 1e-5);
+    add_child("norm", final_norm_);
+    LinearOptions options;
+    options.initialW = initializers::seeded(layer_seed(config, L + 2), initializers::lecun_normal());
+    head_ = tensor_group_ ? LinkPtr(std::make_shared<ColumnParallelLinear>(tensor_group_, config.dim,
+                                                                           config.vocabulary, false, options))
+                          : LinkPtr(std::make_shared<Linear>(config.dim, config.vocabulary, options));
+    add_child("head", head_);
+  }
+}
+
+void CharLMStage::sample_next(double temperature, Generator* generator) {
+  TANDEM_CHECK(last(), "CharLMStage::sample_next: stage ", stage_, " of ", stages_, " has no head");
+  TANDEM_CHECK(temperature <= 0 || generator != nullptr, "CharLMStage::sample_next: sampling at temperature ",
+               temperature, " needs a generator");
+  sampling_ = true;
+  temperature_ = temperature;
+  generator_ = generator;
+}
+
+Variable CharLMStage::logits(const Variable& rows) { return head_->forward((*final_norm_)(rows)); }
+
+Variables CharLMStage::forward_many(const Variables& xs) {
+  const std::size_t inputs = last() ? 2 : 1;
+  TANDEM_CHECK(xs.size() == inputs, "CharLMStage ", stage_, " of ", stages_, ": takes ", inputs,
+               first() ? " input (ids [B, T])" : " input (h [B, T, dim])", last() ? " and the targets" : "", ", got ",
+               xs.size());
+  Variable h = xs[0];
+  if (first()) {
+    TANDEM_CHECK(h.dim() == 2, "CharLMStage: ids must be [B, T], got ", h.description());
+    h = position_->forward(token_->forward(h));
+  }
+  for (const LinkPtr& block : blocks_) h = block->forward(h);
+  if (!last()) return {h};
+
+  observation_.clear();
+  if (sampling_) return {draw_next(h)};
+  const Variable& targets = xs[1];
+  TANDEM_CHECK(targets.shape() == Shape(h.shape().begin(), h.shape().end() - 1), "CharLMStage: targets ",
+               targets.description(), " must be [B, T] as the sequence ", h.description());
+  const Variable rows = F::reshape(h, {-1, config_.dim});
+  const Variable t = F::reshape(targets, {-1});
+  const Variable loss = tensor_group_ ? F::vocab_parallel_softmax_cross_entropy(*tensor_group_, logits(rows), t)
+                                      : F::softmax_cross_entropy(logits(rows), t);
+  const double value = loss.data().to(DType::f64).to_vector<double>()[0];
+  observation_["loss"] = value;
+  observation_["bpc"] = value / std::log(2.0);
+  return {loss};
+}
+
+Variable CharLMStage::draw_next(const Variable& h) {
+  sampling_ = false;
+  const std::int64_t T = h.shape()[1];
+  const Variable last_position = F::reshape(F::get_item(h, {Index::at(0), Index::at(T - 1)}), {1, config_.dim});
+  Variable scores = logits(last_position);  // [1, V] (this rank's share under tensor parallelism)
+  if (tensor_group_) scores = F::gather_from_parallel_region(*tensor_group_, scores, -1);
+  const std::vector<double> z = scores.data().to(DType::f64).to_vector<double>();
+  std::int64_t next = std::max_element(z.begin(), z.end()) - z.begin();
+  if (temperature_ > 0) {
+    const double top = z[static_cast<std::size_t>(next)];
+    std::vector<double> p(z.size());
+    double total = 0;
+    for (std::size_t i = 0; i < z.size(); ++i) total += (p[i] = std::exp((z[i] - top) / temperature_));
+    double u = generator_->uniform(0, total);
+    for (next = 0; next + 1 < static_cast<std::int64_t>(p.size()) && u >= p[static_cast<std::size_t>(next)]; ++next)
+      u -= p[static_cast<std::size_t>(next)];
+  }
+  observation_["next"] = static_cast<double>(next);
+  return Variable(zeros({}, DType::f32));  // the pipeline's "loss" of this forward
+}
+
+std::vector<LinkPtr> make_char_lm_stages(const CharLMConfig& config, int stages, int ranks, int stage_rank,
+                                         CommunicatorPtr tensor_group) {
+  std::vector<LinkPtr> mine;
+  for (int s = stage_rank; s < stages; s += ranks)
+    mine.push_back(std::make_shared<CharLMStage>(config, s, stages, tensor_group));
+  return mine;
+}
+
+}  // namespace tandem::examples

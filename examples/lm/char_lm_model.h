@@ -1,0 +1,81 @@
+// The character language model of examples/lm: a small GPT (token and learned position
+// embeddings, pre-norm transformer blocks, a final layer norm and a linear head over the
+// characters, the softmax cross-entropy of the next character), built as the stages of a
+// pipeline whose blocks may also be split over a tensor-parallel group.
+//
+// Stage s of S holds blocks [first, first + count) (the layers split as evenly as possible, the
+// earlier stages taking the extra ones); stage 0 also the embeddings, stage S - 1 also the
+// final norm, the head and the loss. With a tensor-parallel group, the token embedding is a
+// VocabParallelEmbedding, the blocks make_parallel_transformer_block's and the head a
+// ColumnParallelLinear whose logits stay split into vocab_parallel_softmax_cross_entropy; with
+// none (nullptr), the single-process links. Every weight is drawn from an initialiser seeded
+// with the model's seed and the layer's index (initializers::seeded), so the model starts the
+// same however it is split over tensor, pipeline and data ranks.
+//
+// forward_many: stage 0 takes ids i32 [B, T]; other stages the previous stage's h [B, T, dim];
+// the last stage also the targets i32 [B, T] and returns the mean loss over the B x T
+// characters. observation(): "loss" and "bpc" (bits per character, loss / ln 2), or, after a
+// forward in sampling mode, "next": the character drawn for the position after the last of the
+// first sequence (a pipeline carries the observation to every rank).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/transport/communicator.h"
+#include "core/random.h"
+#include "layers/link.h"
+
+namespace tandem::examples {
+
+struct CharLMConfig {
+  std::int64_t vocabulary = 0;  // characters
+  std::int64_t context = 64;    // the longest sequence (the position table's rows)
+  std::int64_t dim = 128;
+  std::int64_t heads = 4;
+  std::int64_t layers = 4;      // transformer blocks
+  std::int64_t mlp_ratio = 4;
+  std::uint64_t seed = 0;
+};
+
+class CharLMStage : public Chain {
+ public:
+  // tensor_group: null for the single-process links.
+  CharLMStage(const CharLMConfig& config, int stage, int stages, CommunicatorPtr tensor_group = nullptr);
+  std::string type_name() const override { return "CharLMStage"; }
+  Variables forward_many(const Variables& xs) override;
+  std::map<std::string, double> observation() const override { return observation_; }
+
+  // The next forward (of the last stage) draws the next character instead of computing the
+  // loss: from softmax(logits / temperature) with `generator`, or the most likely one when
+  // temperature <= 0. Off again after that forward. Every rank of a tensor group must draw
+  // alike: give each the same seeded generator.
+  void sample_next(double temperature, Generator* generator);
+
+  bool first() const { return stage_ == 0; }
+  bool last() const { return stage_ == stages_ - 1; }
+  int first_block() const { return first_block_; }
+  int blocks() const { return static_cast<int>(blocks_.size()); }
+
+ private:
+  Variable logits(const Variable& rows);  // [N, dim] -> [N, V] (this rank's share under tensor parallelism)
+  Variable draw_next(const Variable& h);
+
+  CharLMConfig config_;
+  int stage_, stages_, first_block_ = 0;
+  CommunicatorPtr tensor_group_;
+  LinkPtr token_, position_, final_norm_, head_;
+  std::vector<LinkPtr> blocks_;
+  std::map<std::string, double> observation_;
+  bool sampling_ = false;
+  double temperature_ = 1;
+  Generator* generator_ = nullptr;
+};
+
+// The stages stage_rank, stage_rank + ranks, ... of a model cut into `stages` (those a pipeline
+// rank holds; every stage when ranks == 1).
+std::vector<LinkPtr> make_char_lm_stages(const CharLMConfig& config, int stages, int ranks, int stage_rank,
+                                         CommunicatorPtr tensor_group);
+
+}  // namespace tandem::examples

@@ -1,0 +1,212 @@
+// A GPT-style character language model on real English text (Debian's fortunes, or --data),
+// trained with tensor x pipeline x data parallelism over the ranks of an MPI job:
+// ranks = --tp x --pp x data-parallel replicas (comm/pipeline/layout.h, make_parallel_layout).
+// The model (char_lm_model.h) is cut into --pp x --stages-per-rank pipeline stages, each split
+// over the --tp ranks of its tensor group; --microbatches per batch in the order of --schedule.
+//
+// The same flags give the same model and the same training on any number of ranks: every rank
+// builds its part with initialisers seeded by layer, every rank iterates the same global
+// batches (--batchsize, shuffled with --seed), and data replica d computes rows
+// [d b / dp, (d + 1) b / dp) of each, so the replicas' averaged gradients are the whole batch's;
+// the reported loss is averaged over the replicas too. With 1 rank it is plain training (with
+// --microbatches > 1, gradient accumulation).
+//
+//   bazel build -c opt //examples/lm:train_char_lm
+//   bazel-bin/examples/lm/train_char_lm                                   # 1 process, ~5 min
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --tp 2
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --pp 2 --microbatches 4
+//   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/lm/train_char_lm --tp 2 --pp 2 --microbatches 4
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm       # 2 data-parallel replicas
+//
+// Rank 0 prints the corpus (and its unigram baseline in bits per character), a progress bar and
+// a row per --eval-interval iterations (training and validation loss and bits per character),
+// then the loss on the whole validation text and a --sample-length sample from the trained
+// model (seeded; --temperature 0: greedy). <out>/log is the JSON log, <out>/vocabulary.txt the
+// characters; snapshots every --snapshot-interval iterations, --resume latest continues.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/pipeline/layout.h"
+#include "comm/pipeline/pipeline.h"
+#include "comm/pipeline/schedule.h"
+#include "comm/training/multi_node_snapshot.h"
+#include "data/data.h"
+#include "data/text_corpus.h"
+#include "examples/common/flags.h"
+#include "examples/lm/char_lm_model.h"
+#include "examples/lm/replica_batches.h"
+#include "examples/mnist/multi_rank.h"
+#include "layers/optimizers/adam.h"
+#include "training/extensions/evaluator.h"
+#include "training/extensions/reporting.h"
+#include "training/trainer.h"
+
+using namespace tandem;
+
+namespace {
+
+constexpr const char* kProgram = "train_char_lm";
+
+// The first `examples` examples of `dataset`, rounded down to whole batches (at least one).
+DatasetPtr whole_batches(DatasetPtr dataset, long long examples, long long batchsize) {
+  long long n = examples <= 0 ? dataset->size() : std::min<long long>(examples, dataset->size());
+  n = std::max(batchsize, n / batchsize * batchsize);
+  TANDEM_CHECK(n <= dataset->size(), kProgram, ": the validation text has ", dataset->size(),
+               " sequences, fewer than one batch of ", batchsize);
+  return n == dataset->size() ? dataset : split_dataset(dataset, n).first;
+}
+
+// Draws `length` characters after `prompt` from the pipeline, one evaluate per character (every
+// rank of the job takes part; the last stage draws, the observation brings it to every rank).
+std::string sample(pipeline::Pipeline& pipe, const CharVocabulary& vocabulary, const std::string& prompt,
+                   long long length, long long context, double temperature, std::uint64_t seed) {
+  Generator generator(seed);
+  std::vector<std::int32_t> ids = vocabulary.encode(prompt);
+  for (long long i = 0; i < length; ++i) {
+    const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(ids.size()), context);
+    const std::vector<std::int32_t> window(ids.end() - n, ids.end());
+    const Tensor x = from_vector(window, {1, n});
+    for (int s : pipe.stage_ids())
+      if (s == static_cast<int>(pipe.schedule().stages) - 1)
+        std::static_pointer_cast<examples::CharLMStage>(pipe.stage(s))->sample_next(temperature, &generator);
+    const pipeline::StepResult r = pipe.evaluate(std::vector<Tensor>{x, x});
+    ids.push_back(static_cast<std::int32_t>(r.observation.at("next")));
+  }
+  return vocabulary.decode(std::vector<std::int32_t>(ids.end() - length, ids.end()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  examples::Flags flags(kProgram,
+                        "A GPT-style character language model on English text, tensor x pipeline x data parallel.\n"
+                        "Run with: /usr/bin/mpiexec.mpich -n N train_char_lm [flags] (or without mpiexec: 1 rank)");
+  flags.add_string("data", "", "a UTF-8 text file to train on (empty: Debian's fortunes, /usr/share/games/fortunes)");
+  flags.add_int("context", 64, "characters per training sequence (the model's longest context)");
+  flags.add_int("dim", 128, "model width");
+  flags.add_int("heads", 4, "attention heads (a multiple of --tp)");
+  flags.add_int("layers", 4, "transformer blocks");
+  flags.add_int("batchsize", 32, "sequences per batch (global: split over the data-parallel replicas)");
+  flags.add_int("iterations", 1500, "training iterations");
+  flags.add_double("lr", 2e-3, "Adam's learning rate");
+  flags.add_int("tp", 1, "tensor-parallel ranks per stage");
+  flags.add_int("pp", 1, "pipeline ranks");
+  flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
+  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved");
+  flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
+  flags.add_int("eval-interval", 100, "iterations between validation runs and log entries");
+  flags.add_int("val-examples", 256, "validation sequences evaluated every --eval-interval (0: all)");
+  flags.add_int("snapshot-interval", 500, "iterations between snapshots");
+  flags.add_int("sample-length", 300, "characters sampled from the trained model at the end (0: none)");
+  flags.add_double("temperature", 0.8, "sampling temperature (0: greedy)");
+  flags.add_string("prompt", "\n", "the text the sample continues");
+  flags.add_int("progress", 1, "print a progress bar (0: only the table)");
+  flags.add_string("out", "result", "directory for the log, the vocabulary and snapshots (rank r > 0: <out>/rank<r>)");
+  flags.add_string("resume", "", "'latest': continue from the newest snapshot that every rank completed");
+  flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
+  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
+  const int status = examples::parse_command_line(
+      flags, argc, argv, kProgram,
+      {"context", "dim", "heads", "layers", "batchsize", "iterations", "tp", "pp", "microbatches", "stages-per-rank",
+       "eval-interval", "snapshot-interval"});
+  if (status >= 0) return status;
+  auto world = create_communicator("naive");
+  const int rank = world->rank();
+  const long long tp = flags.get_int("tp"), pp = flags.get_int("pp"), batchsize = flags.get_int("batchsize"),
+                  microbatches = flags.get_int("microbatches"), per_rank = flags.get_int("stages-per-rank"),
+                  iterations = flags.get_int("iterations"), eval_interval = flags.get_int("eval-interval");
+  const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
+  TANDEM_CHECK(world->size() % (tp * pp) == 0, kProgram, ": --tp ", tp, " x --pp ", pp, " must divide the ",
+               world->size(), " rank(s)");
+  const long long dp = world->size() / (tp * pp);
+  TANDEM_CHECK(batchsize % dp == 0 && microbatches <= batchsize / dp, kProgram, ": --batchsize ", batchsize,
+               " must split evenly over the ", dp, " data-parallel replica(s), each with at least --microbatches ",
+               microbatches, " sequences");
+
+  // The text: every rank reads and splits it alike (no randomness).
+  const std::string data = flags.get_string("data");
+  const TextCorpus corpus = data.empty() ? make_text_corpus(read_fortunes()) : load_text_file(data);
+  examples::CharLMConfig config;
+  config.vocabulary = corpus.vocabulary.size();
+  config.context = flags.get_int("context");
+  config.dim = flags.get_int("dim");
+  config.heads = flags.get_int("heads");
+  config.layers = flags.get_int("layers");
+  config.seed = seed;
+  const long long stages = pp * per_rank;
+  TANDEM_CHECK(config.layers >= stages, kProgram, ": --layers ", config.layers, " cannot fill ", stages,
+               " pipeline stages: every stage needs a block");
+  DatasetPtr train = make_sequence_dataset(corpus.train, config.context, config.context);
+  DatasetPtr validation = make_sequence_dataset(corpus.validation, config.context, config.context);
+
+  const Device device = examples::training_device(flags, kProgram, world->intra_rank());
+  world->set_device(device);
+  const pipeline::ParallelLayout layout = pipeline::make_parallel_layout(world, static_cast<int>(tp), static_cast<int>(pp));
+  const pipeline::Schedule schedule = pipeline::schedule_by_name(
+      flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
+  std::vector<LinkPtr> my_stages = examples::make_char_lm_stages(
+      config, static_cast<int>(stages), static_cast<int>(pp), layout.stage_rank, tp > 1 ? layout.tensor : nullptr);
+  for (LinkPtr& stage : my_stages) stage->to(device);
+  auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule, my_stages);
+
+  std::shared_ptr<Optimizer> optimizer = std::make_shared<Adam>(flags.get_double("lr"));
+  if (dp > 1) optimizer = create_multi_node_optimizer(optimizer, layout.data);
+  optimizer->setup(pipe);
+  // Every rank iterates the same global batches; each replica computes its rows.
+  auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed);
+  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, examples::replica_loss(pipe, layout));
+  Trainer trainer(updater, Trigger::iterations(iterations), examples::rank_out(flags, rank), pipe);
+  auto val_iter = std::make_shared<SerialIterator>(
+      whole_batches(validation, flags.get_int("val-examples"), batchsize), batchsize, false, false);
+  trainer.extend(examples::replica_evaluator(val_iter, pipe, layout), Trigger::iterations(eval_interval));
+
+  const double unigram = unigram_bits_per_character(corpus.train, corpus.validation, corpus.vocabulary.size());
+  long long parameters = 0;
+  for (const LinkPtr& stage : my_stages) parameters += stage->count_params();
+  if (rank == 0) {
+    std::printf("%s: %s: %lld train / %lld validation characters (%lld / %lld documents), %lld distinct; unigram "
+                "baseline %.3f bits/char on validation\n",
+                kProgram, data.empty() ? "fortunes" : data.c_str(), static_cast<long long>(corpus.train.size()),
+                static_cast<long long>(corpus.validation.size()), static_cast<long long>(corpus.train_documents),
+                static_cast<long long>(corpus.validation_documents), static_cast<long long>(config.vocabulary),
+                unigram);
+    std::printf("model: %lld blocks x %lld wide, %lld heads, context %lld; rank 0 holds %lld parameters; ranks %d = "
+                "tp %lld x pp %lld x dp %lld; %s; batch %lld, %lld iterations, Adam lr %g\n",
+                static_cast<long long>(config.layers), static_cast<long long>(config.dim),
+                static_cast<long long>(config.heads), static_cast<long long>(config.context), parameters, world->size(),
+                tp, pp, dp, schedule.describe().c_str(), batchsize, iterations, flags.get_double("lr"));
+    std::fflush(stdout);
+    corpus.vocabulary.write(flags.get_string("out") + "/vocabulary.txt");
+    auto log = std::make_shared<LogReport>(Trigger::iterations(eval_interval));
+    trainer.extend(log);
+    trainer.extend(std::make_shared<PrintReport>(
+        log, std::vector<std::string>{"iteration", "main/loss", "main/bpc", "validation/main/loss",
+                                      "validation/main/bpc", "elapsed_time"}),
+                   Trigger::iterations(eval_interval));
+    if (flags.get_int("progress") != 0) trainer.extend(std::make_shared<ProgressBar>(10));
+  }
+  trainer.extend(create_multi_node_snapshot_writer(world), Trigger::iterations(flags.get_int("snapshot-interval")));
+  examples::resume(trainer, *world, flags, kProgram);
+  trainer.run();
+
+  // The whole validation text (in whole batches), then a sample.
+  auto all_val = std::make_shared<SerialIterator>(whole_batches(validation, 0, batchsize), batchsize, false, false);
+  const Observation final_metrics = examples::replica_evaluator(all_val, pipe, layout)->evaluate();
+  if (rank == 0) {
+    std::printf("validation (%lld characters): loss %.4f, %.3f bits/char (unigram baseline %.3f)\n",
+                static_cast<long long>(whole_batches(validation, 0, batchsize)->size() * config.context),
+                final_metrics.at("loss"), final_metrics.at("bpc"), unigram);
+    std::fflush(stdout);
+  }
+  const long long length = flags.get_int("sample-length");
+  if (length > 0) {
+    const std::string text = sample(*pipe, corpus.vocabulary, flags.get_string("prompt"), length, config.context,
+                                    flags.get_double("temperature"), seed + 1);
+    if (rank == 0) std::printf("--- sample (temperature %g) ---\n%s%s\n---\n", flags.get_double("temperature"),
+                               flags.get_string("prompt").c_str(), text.c_str());
+  }
+  return 0;
+}
