@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# train_char_lm end to end on the real fortunes text at a reduced size: the first 20 steps' losses
+# (and validation losses) at tp=2, pp=2 (1F1B and interleaved), dp=2 and tp=2 x pp=2 equal the
+# 1-rank run's within f32 rounding; the loss falls below the unigram baseline's; a resumed run
+# continues as the uninterrupted one; rank 0 alone prints, a sample is printed; misuse is a
+# one-line error.
+set -uo pipefail
+bin="examples/lm/train_char_lm"
+export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
+t="$TEST_TMPDIR"
+[ -d /usr/share/games/fortunes ] || { echo "SKIPPED: no /usr/share/games/fortunes (apt-get install fortunes)"; exit 0; }
+small=(--context 16 --dim 32 --heads 4 --layers 4 --batchsize 8 --eval-interval 1 --val-examples 8
+       --progress 0 --sample-length 40 --lr 3e-3)
+fail() { echo "FAIL: $*"; exit 1; }
+
+# run NAME RANKS [flags...]: output in $t/NAME.txt, results in $t/NAME/.
+run() {
+  local name="$1" n="$2"; shift 2
+  timeout --signal=KILL 120 /usr/bin/mpiexec.mpich -n "$n" "$bin" "${small[@]}" --out "$t/$name" "$@" \
+    > "$t/$name.txt" 2>&1 && return 0
+  cat "$t/$name.txt"
+  fail "$name ($n ranks: $*)"
+}
+
+run one 1 --iterations 20
+run tp 2 --iterations 20 --tp 2
+run pp 2 --iterations 20 --pp 2 --microbatches 2
+run interleaved 2 --iterations 20 --pp 2 --schedule interleaved --stages-per-rank 2 --microbatches 4
+run dp 2 --iterations 20
+run tppp 4 --iterations 20 --tp 2 --pp 2 --microbatches 2
+grep -q "ranks 4 = tp 2 x pp 2 x dp 1; '1f1b' (2 ranks, 2 stages, 2 microbatches)" "$t/tppp.txt" \
+  || { cat "$t/tppp.txt"; fail "tppp header"; }
+grep -q "ranks 2 = tp 1 x pp 1 x dp 2" "$t/dp.txt" || { cat "$t/dp.txt"; fail "dp header"; }
+[ "$(grep -c "^train_char_lm:" "$t/tppp.txt")" = 1 ] && [ "$(grep -c "^--- sample" "$t/tppp.txt")" = 1 ] \
+  || { cat "$t/tppp.txt"; fail "more than rank 0 printed, or no sample"; }
+test -f "$t/one/vocabulary.txt" || fail "no vocabulary file"
+
+/usr/bin/python3 - "$t" <<'PY' || fail "the runs disagree"
+import json, re, sys
+t = sys.argv[1]
+def log(name):
+    return json.load(open(f"{t}/{name}/log"))
+one = log("one")
+assert [e["iteration"] for e in one] == list(range(1, 21)), one
+text = open(f"{t}/one.txt").read()
+unigram = float(re.search(r"unigram baseline ([0-9.]+) bits/char", text).group(1))
+assert 4.0 < unigram < 5.0, unigram
+# Learning: the last steps' validation bits/char are well below the first's.
+assert one[-1]["validation/main/bpc"] < one[0]["validation/main/bpc"] - 1.0, (one[0], one[-1])
+for name in ("tp", "pp", "interleaved", "dp", "tppp"):
+    other = log(name)
+    assert len(other) == len(one), (name, len(other))
+    worst = 0
+    for a, b in zip(one, other):
+        for key in ("main/loss", "main/bpc", "validation/main/loss"):
+            rel = abs(a[key] - b[key]) / abs(a[key])
+            worst = max(worst, rel)
+            assert rel <= 2e-5, (name, a["iteration"], key, a[key], b[key])
+    print(f"{name}: 20 steps' losses equal the 1-rank run's (largest relative difference {worst:.1e})")
+PY
+
+# Resume: 10 iterations with a snapshot, then --resume latest to 20 on 2 ranks (tp=2), against
+# the uninterrupted 2-rank run.
+run tp 2 --iterations 10 --tp 2 --snapshot-interval 10
+cp "$t/tp/log" "$t/tp.log10"
+run tp 2 --iterations 20 --tp 2 --snapshot-interval 10 --resume latest
+grep -q "^resumed at iteration 10$" "$t/tp.txt" || { cat "$t/tp.txt"; fail "not resumed at iteration 10"; }
+/usr/bin/python3 - "$t" <<'PY' || fail "the resumed run differs from the uninterrupted one"
+import json, sys
+t = sys.argv[1]
+resumed, one = json.load(open(f"{t}/tp/log")), json.load(open(f"{t}/one/log"))
+assert [e["iteration"] for e in resumed] == list(range(1, 21)), resumed
+for a, b in zip(one[10:], resumed[10:]):
+    assert abs(a["main/loss"] - b["main/loss"]) <= 2e-5 * a["main/loss"], (a, b)
+print("resumed at 10: steps 11-20 as the uninterrupted run")
+PY
+
+# Misuse: one line naming the problem, every rank exits non-zero.
+expect_error() {
+  local n="$1" want="$2"; shift 2
+  timeout --signal=KILL 60 /usr/bin/mpiexec.mpich -n "$n" "$bin" "${small[@]}" --iterations 1 --out "$t/bad" "$@" \
+    > "$t/bad.txt" 2>&1 && { cat "$t/bad.txt"; fail "no error for $*"; }
+  grep -q -- "$want" "$t/bad.txt" || { cat "$t/bad.txt"; fail "error for $* does not say: $want"; }
+}
+expect_error 2 "tp 3 x --pp 1 must divide the 2 rank(s)" --tp 3
+expect_error 2 "3 heads do not split evenly over the 2 ranks" --tp 2 --heads 3 --dim 30
+expect_error 2 "cannot fill 8 pipeline stages" --pp 2 --schedule interleaved --stages-per-rank 4 --microbatches 2
+echo "PASS"
