@@ -29,11 +29,13 @@ enum class UnaryOp {
   scale_shift,  // p0 * x + p1
   rsub_scalar,  // p0 - x
   rdiv_scalar,  // p0 / x
+  gelu,         // GELU's tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 };
 
 enum class BinaryOp {
   add, sub, mul, div, pow, maximum, minimum,
   relu_grad,  // relu_grad(gy, y) = y > 0 ? gy : 0: ReLU's backward in one pass
+  gelu_grad,  // gelu_grad(gy, x) = gy * gelu'(x) (the tanh form's derivative): GELU's backward in one pass
   // Comparisons write a boolean output.
   eq, ne, lt, le, gt, ge,
 };

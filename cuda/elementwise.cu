@@ -236,6 +236,9 @@ void binary_typed(BinaryOp op, const DeviceContext& ctx, const Tensor& a, const 
     case BinaryOp::maximum: return launch_binary<T, T>(name, ctx, ops::Maximum<T>(), a, b, out);
     case BinaryOp::minimum: return launch_binary<T, T>(name, ctx, ops::Minimum<T>(), a, b, out);
     case BinaryOp::relu_grad: return launch_binary<T, T>(name, ctx, ops::ReluGrad<T>(), a, b, out);
+    case BinaryOp::gelu_grad:
+      if constexpr (std::is_floating_point<T>::value) return launch_binary<T, T>(name, ctx, ops::GeluGrad<T>(), a, b, out);
+      TANDEM_FAIL("gelu_grad: not defined for dtype ", dtype_name(dtype_of<T>()));
     case BinaryOp::eq: return launch_binary<T, bool>(name, ctx, ops::Equal<T>(), a, b, out);
     case BinaryOp::ne: return launch_binary<T, bool>(name, ctx, ops::NotEqual<T>(), a, b, out);
     case BinaryOp::lt: return launch_binary<T, bool>(name, ctx, ops::Less<T>(), a, b, out);
@@ -275,6 +278,7 @@ void unary_typed(UnaryOp op, const DeviceContext& ctx, const Tensor& in, Tensor&
         if (p0 == 0.5) return launch_map<T, T>(name, ctx, ops::Sqrt<T>(), in, out);
         return launch_map<T, T>(name, ctx, ops::PowScalar<T>{a}, in, out);
       case UnaryOp::rdiv_scalar: return launch_map<T, T>(name, ctx, ops::RdivScalar<T>{a}, in, out);
+      case UnaryOp::gelu: return launch_map<T, T>(name, ctx, ops::Gelu<T>(), in, out);
       default: break;
     }
   } else {

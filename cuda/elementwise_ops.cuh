@@ -192,6 +192,23 @@ struct Minimum {
   TANDEM_HOST_DEVICE T operator()(T x, T y) const { return x < y ? x : y; }
 };
 
+// GELU's tanh form and its backward gy * gelu'(x) (floating dtypes), as the CPU computes them.
+template <typename T>
+struct Gelu {
+  TANDEM_HOST_DEVICE T operator()(T x) const {
+    const T k = T(0.7978845608028654), c = T(0.044715);
+    return T(0.5) * x * (T(1) + math_tanh(k * (x + c * x * x * x)));
+  }
+};
+
+template <typename T>
+struct GeluGrad {
+  TANDEM_HOST_DEVICE T operator()(T g, T x) const {
+    const T k = T(0.7978845608028654), c = T(0.044715), t = math_tanh(k * (x + c * x * x * x));
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t * t) * (T(1) + T(3) * c * x * x));
+  }
+};
+
 // relu_grad(gy, y) = y > 0 ? gy : 0.
 template <typename T>
 struct ReluGrad {

@@ -8,8 +8,9 @@
 #   BENCH_ONLY="gemm mp" scripts/bench.sh    a subset; words: mlp conv lstm (train_step_bench),
 #                                            gemm, p2p coll (comm_bench; comm = both), mp dp
 #                                            (mlp_parallel_bench), pp (pipeline_bench), tp
-#                                            (tensor_parallel_bench). The anchors follow unless ONLY
-#                                            is set.
+#                                            (tensor_parallel_bench), lm (the GPT-style LM; its
+#                                            anchor is bench/libtorch_lm.sh, not in ../shared/bench).
+#                                            The anchors follow unless ONLY is set.
 #   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
 #                                            ONLY= (set, empty) runs every anchor, gloo included)
 #   BENCH_SCALE=0.3 scripts/bench.sh         fewer timed iterations (ANCHOR_SCALE follows unless set)
@@ -117,7 +118,7 @@ run_anchors() {
     echo "# BENCH_SKIP_ANCHORS: reusing $ANCHOR_SUMMARY" >&2
     return
   fi
-  if [[ -n "$WORDS" && -z "$(anchor_only)" && -z "${ONLY+set}" ]]; then
+  if [[ -n "$WORDS" && -z "$(anchor_only)" && -z "${ONLY+set}" ]] && ! wants lm; then
     ANCHOR_SUMMARY=$(latest_anchor_summary)   # e.g. BENCH_ONLY=pp: no anchor to run
     return
   fi
@@ -130,16 +131,43 @@ run_anchors() {
   # ONLY unset: what the selected tandem benchmarks need; set (even empty): as given.
   local only=${ONLY-$(anchor_only)}
   local log="$OUT/anchors.log"
-  echo "# anchors: REPS=$REPS ONLY=\"$only\" $SHARED/run_all.sh (log: $log)" >&2
-  # run_all.sh is verbose: keep its log, show its progress lines.
-  OUT="$OUT/anchors" ONLY="$only" "$SHARED/run_all.sh" 2>&1 | tee "$log" |
-    grep --line-buffered -E '^# (rep=|FAILED|noisy|total_s)' >&2 || true
   ANCHOR_SUMMARY="$OUT/anchors/summary.txt"
-  if [[ ! -s "$ANCHOR_SUMMARY" ]]; then
-    echo "# anchors FAILED (see $log)" >&2
-    STATUS=1
-    ANCHOR_SUMMARY=$(latest_anchor_summary)
+  if [[ -n "$only" || -n "${ONLY+set}" ]]; then   # BENCH_ONLY=lm alone: only lm's anchor below
+    echo "# anchors: REPS=$REPS ONLY=\"$only\" $SHARED/run_all.sh (log: $log)" >&2
+    # run_all.sh is verbose: keep its log, show its progress lines.
+    OUT="$OUT/anchors" ONLY="$only" "$SHARED/run_all.sh" 2>&1 | tee "$log" |
+      grep --line-buffered -E '^# (rep=|FAILED|noisy|total_s)' >&2 || true
+    if [[ ! -s "$ANCHOR_SUMMARY" ]]; then
+      echo "# anchors FAILED (see $log)" >&2
+      STATUS=1
+      ANCHOR_SUMMARY=$(latest_anchor_summary)
+    fi
   fi
+  wants lm && run_lm_anchor
+  return 0
+}
+
+# The GPT-style LM's anchor (bench/libtorch_lm.sh, built beside run_all.sh's in $ANCHOR_WORK): REPS
+# runs, aggregated as run_all.sh does, its lines added to the anchor summary (to a copy in $OUT
+# when that summary is an earlier run's).
+run_lm_anchor() {
+  local raw="$OUT/anchors/lm_raw.txt" log="$OUT/anchors.log" rep merged="$OUT/anchors/summary.txt"
+  mkdir -p "$OUT/anchors"
+  : > "$raw"
+  for rep in $(seq 1 "$REPS"); do
+    echo "# rep=$rep bench=lm ($ROOT/bench/libtorch_lm.sh, log: $log)" >&2
+    if ! BENCH_WORK="$ANCHOR_WORK" "$ROOT/bench/libtorch_lm.sh" >> "$raw" 2>> "$log"; then
+      echo "# FAILED: lm anchor (see $log)" >&2
+      STATUS=1
+    fi
+  done
+  grep -q '^name=' "$raw" || return 0
+  if [[ "$ANCHOR_SUMMARY" != "$merged" ]]; then
+    merged="$OUT/anchor_summary.txt"
+    grep -v '^name=lm\.' "${ANCHOR_SUMMARY:-/dev/null}" > "$merged" || true
+  fi
+  "$SHARED/aggregate.sh" "$raw" >> "$merged"
+  ANCHOR_SUMMARY=$merged
 }
 
 # --- (c) tandem's benchmarks ------------------------------------------------------------------

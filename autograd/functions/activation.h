@@ -12,7 +12,7 @@ Variable sigmoid(const Variable& x);
 Variable tanh(const Variable& x);
 // GELU in its tanh form (GPT-2's; PyTorch's gelu(approximate='tanh')):
 //   0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))),
-// composed of the functions above, so it runs (and differentiates) on every device.
+// one fused elementwise kernel forward and one backward on each device.
 Variable gelu(const Variable& x);
 
 }  // namespace functions

@@ -51,6 +51,20 @@ void exp_chunk(const ConstArrayMap<T>& x, ArrayMap<T>& y, T* out, std::int64_t n
     if (out[i] < T(0)) out[i] = std::exp(out[i]);
 }
 
+// GELU's tanh form: 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3).
+constexpr double kGeluScale = 0.7978845608028654, kGeluCubic = 0.044715;
+
+// gy * gelu'(x), gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2), t = tanh(u):
+// one vectorised pass (the generic binary loop would call std::tanh per element).
+template <typename T>
+void gelu_grad_chunk(const T* gy, const T* in, T* out, std::int64_t n) {
+  ConstArrayMap<T> g(gy, n), x(in, n);
+  ArrayMap<T> y(out, n);
+  const T k = T(kGeluScale), c = T(kGeluCubic);
+  const Eigen::Array<T, Eigen::Dynamic, 1> t = (k * (x + c * x.cube())).tanh();
+  y = g * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t.square()) * (T(1) + T(3) * c * x.square()));
+}
+
 template <typename T>
 void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, double p1) {
   ConstArrayMap<T> x(in, n);
@@ -85,6 +99,11 @@ void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, dou
         else y = x.pow(a);
         return;
       case UnaryOp::rdiv_scalar: y = a / x; return;
+      case UnaryOp::gelu: {
+        const T k = T(kGeluScale), c = T(kGeluCubic);
+        y = T(0.5) * x * (T(1) + (k * (x + c * x.cube())).tanh());
+        return;
+      }
       default: break;
     }
   } else {
@@ -119,7 +138,7 @@ void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, dou
 std::int64_t unary_cost(UnaryOp op) {
   switch (op) {
     case UnaryOp::exp: case UnaryOp::log: case UnaryOp::tanh: case UnaryOp::sigmoid:
-    case UnaryOp::pow_scalar:
+    case UnaryOp::pow_scalar: case UnaryOp::gelu:
       return 8;
     default:
       return 1;
@@ -187,6 +206,21 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     case BinaryOp::maximum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x > y ? x : y; });
     case BinaryOp::minimum: return binary_loop<T, T>(a, b, out, [](T x, T y) { return x < y ? x : y; });
     case BinaryOp::relu_grad: return binary_loop<T, T>(a, b, out, [](T g, T y) { return y > T(0) ? g : T(0); });
+    case BinaryOp::gelu_grad:
+      if constexpr (std::is_floating_point<T>::value) {
+        if (a.shape() == out.shape() && b.shape() == out.shape()) {
+          const T *g = a.data<T>(), *x = b.data<T>();
+          T* o = out.data<T>();
+          return cpu::parallel_for(out.numel(), 8, cpu::kElementwiseGrain, [&](std::int64_t i, std::int64_t e) {
+            gelu_grad_chunk(g + i, x + i, o + i, e - i);
+          });
+        }
+        return binary_loop<T, T>(a, b, out, [](T g, T x) {
+          const T k = T(kGeluScale), c = T(kGeluCubic), t = std::tanh(k * (x + c * x * x * x));
+          return T(g * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t * t) * (T(1) + T(3) * c * x * x)));
+        });
+      }
+      TANDEM_FAIL("gelu_grad: not defined for dtype ", dtype_name(dtype_of<T>()));
     case BinaryOp::eq: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x == y; });
     case BinaryOp::ne: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x != y; });
     case BinaryOp::lt: return binary_loop<T, bool>(a, b, out, [](T x, T y) { return x < y; });

@@ -21,6 +21,7 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::maximum: return "maximum";
     case BinaryOp::minimum: return "minimum";
     case BinaryOp::relu_grad: return "relu_grad";
+    case BinaryOp::gelu_grad: return "gelu_grad";
     case BinaryOp::eq: return "equal";
     case BinaryOp::ne: return "not_equal";
     case BinaryOp::lt: return "less";
@@ -68,6 +69,10 @@ Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::pow, a, b
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
 Tensor relu_grad(const Tensor& gy, const Tensor& y) { return binary(BinaryOp::relu_grad, gy, y); }
+Tensor gelu_grad(const Tensor& gy, const Tensor& x) {
+  check_floating(gy, "gelu_grad");
+  return binary(BinaryOp::gelu_grad, gy, x);
+}
 
 // Scalar arithmetic on floats is one fused scale-and-shift pass; integers keep exact
 // semantics through the binary kernels.
@@ -103,6 +108,7 @@ Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x, "tanh", true); }
 Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x, "sigmoid", true); }
 Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x, "sqrt", true); }
 Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x, "relu", false); }
+Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x, "gelu", true); }
 Tensor leaky_relu(const Tensor& x, double slope) { return unary(UnaryOp::leaky_relu, x, "leaky_relu", false, slope); }
 Tensor clip(const Tensor& x, double low, double high) {
   TANDEM_CHECK(low <= high, "clip: low ", low, " > high ", high);

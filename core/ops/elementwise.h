@@ -16,6 +16,8 @@ Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 // ReLU's backward from its output y: gy where y > 0, else 0 (the gradient at 0 is 0, as in Chainer).
 Tensor relu_grad(const Tensor& gy, const Tensor& y);
+// GELU's backward (the tanh form) from its input x: gy * gelu'(x), one pass. Floating only.
+Tensor gelu_grad(const Tensor& gy, const Tensor& x);
 
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
@@ -38,6 +40,8 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor relu(const Tensor& x);
+// GELU in its tanh form (GPT-2's): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). Floating only.
+Tensor gelu(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double slope);
 Tensor clip(const Tensor& x, double low, double high);
 

@@ -692,3 +692,42 @@ TEST_CASE("abs_value of the most negative integer wraps like two's complement") 
   CHECK(std::signbit(ops::abs_value(-0.0f)) == false);
   CHECK(std::signbit(ops::abs_value(-std::numeric_limits<double>::quiet_NaN())) == false);
 }
+
+// GELU and its backward: the CPU's Eigen tanh against the functors' C library (libdevice on a
+// GPU) tanh, which 1 + tanh(u) amplifies for negative x (it cancels towards 0), so the two agree
+// to a bound in the scale of the terms, not in ulps of the result. Special values (NaN, +-inf,
+// +-0) agree exactly.
+template <typename T>
+void check_gelu() {
+  std::vector<T> x;
+  for (int i = -2000; i <= 2000; ++i) x.push_back(static_cast<T>(i * 0.005));  // [-10, 10]
+  for (T v : {T(0), T(-0.0), T(30), T(-30), T(1e-30), std::numeric_limits<T>::infinity(),
+              -std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN()})
+    x.push_back(v);
+  const T eps = std::numeric_limits<T>::epsilon();
+  const Tensor tx = tensor_of(x);
+  Tensor y(tx.shape(), dtype_of<T>()), g(tx.shape(), dtype_of<T>());
+  cpu().unary(UnaryOp::gelu, tx, y, 0, 0);
+  std::vector<T> gy(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) gy[i] = static_cast<T>(0.5 + 0.25 * static_cast<double>(i % 7));
+  cpu().binary(BinaryOp::gelu_grad, tensor_of(gy), tx, g);
+  const std::vector<T> cpu_y = values_of<T>(y), cpu_g = values_of<T>(g);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const T fy = ops::Gelu<T>()(x[i]), fg = ops::GeluGrad<T>()(gy[i], x[i]);
+    INFO(dtype_name(dtype_of<T>()) << " x = " << show(x[i]) << ": gelu CPU " << show(cpu_y[i]) << ", functor "
+                                   << show(fy) << "; gelu_grad CPU " << show(cpu_g[i]) << ", functor " << show(fg));
+    if (std::isnan(x[i]) || std::isinf(x[i]) || x[i] == 0) {
+      CHECK(same_value(cpu_y[i], fy));
+      if (!std::isinf(x[i])) CHECK(same_value(cpu_g[i], fg));  // gelu'(+-inf): inf * 0 on both sides, NaN
+      continue;
+    }
+    const double ax = std::fabs(static_cast<double>(x[i]));
+    CHECK(std::fabs(static_cast<double>(cpu_y[i]) - fy) <= 8 * eps * (1 + ax));
+    CHECK(std::fabs(static_cast<double>(cpu_g[i]) - fg) <= 8 * eps * (1 + ax * ax * ax) * gy[i]);
+  }
+}
+
+TEST_CASE("gelu and gelu_grad functors agree with the CPU backend") {
+  check_gelu<float>();
+  check_gelu<double>();
+}

@@ -93,6 +93,17 @@ std::vector<FunctionCase> function_cases() {
   c.push_back({"activations, large", [](const Variables& v) -> Variables {
                  return {F::relu(v[0]), F::sigmoid(v[0]), F::tanh(v[0]), F::exp(v[0])};
                }, {nonzero({1000, 300}, 34)}, 1e-5, 1e-12, false});
+  c.push_back({"gelu", [](const Variables& v) -> Variables { return {F::gelu(v[0])}; }, {f64({3, 5}, 35, -4, 4)}});
+  c.push_back({"gelu, large", [](const Variables& v) -> Variables { return {F::gelu(v[0])}; },
+               {f64({1000, 300}, 36, -6, 6)}, 1e-5, 1e-12, false});
+  // ---- attention (the transformer's, composed of batched matmul, a -inf mask and softmax) ----
+  c.push_back({"scaled_dot_product_attention, causal and not", [](const Variables& v) -> Variables {
+                 return {F::scaled_dot_product_attention(v[0], v[1], v[2], true),
+                         F::scaled_dot_product_attention(v[0], v[1], v[2], false)};
+               }, {f64({2, 3, 4, 5}, 37), f64({2, 3, 4, 5}, 38), f64({2, 3, 4, 2}, 39)}});
+  c.push_back({"multi_head_self_attention (qkv packed per head), causal", [](const Variables& v) -> Variables {
+                 return {F::multi_head_self_attention(v[0], 2, true)};
+               }, {f64({2, 5, 2 * 3 * 4}, 47)}});
   // ---- reductions ----
   c.push_back({"sum and mean over axes", [](const Variables& v) -> Variables {
                  return {F::sum(v[0]), F::sum(v[0], {1}), F::mean(v[0], {0, 2}, true), F::mean(v[0], {-1})};

@@ -11,8 +11,12 @@
 #include "layers/links/classifier.h"
 #include "layers/links/convolution_2d.h"
 #include "layers/links/embed_id.h"
+#include "layers/links/layer_normalization.h"
 #include "layers/links/linear.h"
+#include "layers/links/multi_head_attention.h"
 #include "layers/links/n_step_lstm.h"
+#include "layers/links/positional_embedding.h"
+#include "layers/links/transformer.h"
 #include "tests/cuda/gpu_test_util.h"
 
 using namespace tandem;
@@ -170,6 +174,18 @@ TEST_CASE("links compute on the GPU what they compute on the CPU", "[layers][lin
                {uniform({2, 3, 5}, 50), uniform({2, 3, 5}, 51), uniform({4, 3}, 52), uniform({0, 3}, 53),
                 uniform({6, 3}, 54)},
                near(2e-5));
+  }
+  SECTION("The transformer's links: LayerNormalization, PositionalEmbedding, attention, the block") {
+    check_link([] { return std::make_shared<LayerNormalization>(6); }, single, {uniform({3, 4, 6}, 70, -2, 3)},
+               near(1e-5));
+    check_link([] { return std::make_shared<PositionalEmbedding>(8, 6); }, single, {uniform({2, 5, 6}, 71)},
+               near(1e-6));
+    check_link([] { return std::make_shared<MultiHeadSelfAttention>(8, 2); }, single, {uniform({2, 6, 8}, 72)},
+               near(1e-5));
+    TransformerBlockOptions options;
+    options.heads = 2;
+    check_link([options] { return std::make_shared<TransformerBlock>(8, options); }, single,
+               {uniform({2, 6, 8}, 73)}, near(1e-4));
   }
   SECTION("Classifier: loss and accuracy") {
     const LinkForward classify = [](Link& link, const Variables& v) {

@@ -113,6 +113,7 @@ TEST_CASE("activations in f32 agree with f64", "[activation][f32]") {
   gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::leaky_relu(v[0])}; }, {x});
   gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::sigmoid(v[0])}; }, {x});
   gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::tanh(v[0])}; }, {x});
+  gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::gelu(v[0])}; }, {x});
 }
 
 TEST_CASE("gelu: the tanh form's values and gradients", "[activation][gradcheck]") {
