@@ -8,8 +8,9 @@
 #   BENCH_ONLY="gemm mp" scripts/bench.sh    a subset; words: mlp conv lstm (train_step_bench),
 #                                            gemm, p2p coll (comm_bench; comm = both), mp dp
 #                                            (mlp_parallel_bench), pp (pipeline_bench), tp
-#                                            (tensor_parallel_bench), lm (the GPT-style LM; its
-#                                            anchor is bench/libtorch_lm.sh, not in ../shared/bench).
+#                                            (tensor_parallel_bench), lm (lm_bench, the GPT-style LM
+#                                            in one process and over 2 ranks; its anchor is
+#                                            bench/libtorch_lm.sh, not in ../shared/bench).
 #                                            The anchors follow unless ONLY is set.
 #   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
 #                                            ONLY= (set, empty) runs every anchor, gloo included)
@@ -57,6 +58,7 @@ if [[ -n "${BENCH_ONLY:-}" ]]; then
       pipeline | pipeline_bench) WORDS+=" pp" ;;
       tensor_parallel | tensor_parallel_bench) WORDS+=" tp" ;;
       gemm_bench) WORDS+=" gemm" ;;
+      lm_bench) WORDS+=" lm" ;;
       *) WORDS+=" $w" ;;
     esac
   done
@@ -202,6 +204,10 @@ run_tandem_all() {
   # Megatron's MLP block split over 2 ranks x 1 thread, and unsplit in one process.
   wants tp && run_tandem tensor_parallel_single "$BIN/bench/tensor_parallel_bench"
   wants tp && run_tandem tensor_parallel env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/tensor_parallel_bench"
+  # The GPT-style LM (examples/lm) in one process (t1, t2, against bench/libtorch_lm.cpp), then
+  # over 2 ranks x 1 thread: tensor parallel, 1F1B pipelines, data parallel.
+  wants lm && run_tandem lm_single "$BIN/bench/lm_bench"
+  wants lm && run_tandem lm env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/lm_bench"
   grep '^name=tandem\.' "$RAW" > "$TANDEM" || true
   echo "# tandem total_s=$((SECONDS - T0)) lines=$(wc -l < "$TANDEM")" | tee -a "$RAW" >&2
 }
@@ -267,7 +273,8 @@ END {
   n = split("mlp.train.sgd.t1 mlp.train.sgd.t2 mlp.train.adam.t1 mlp.train.adam.t2 mlp.infer.t1 mlp.infer.t2 " \
             "conv.train.sgd.t1 conv.train.sgd.t2 conv.infer.t1 conv.infer.t2 " \
             "lstm.fixed.train.adam.t1 lstm.fixed.train.adam.t2 lstm.packed.train.adam.t1 " \
-            "lstm.packed.train.adam.t2 seq2seq.train.adam.t1 seq2seq.train.adam.t2", ids, " ")
+            "lstm.packed.train.adam.t2 seq2seq.train.adam.t1 seq2seq.train.adam.t2 " \
+            "lm.train.adam.t1 lm.train.adam.t2", ids, " ")
   for (i = 1; i <= n; i++) row(ids[i], "LibTorch", tandem[ids[i]], anchor[ids[i]], 0.8, 0, "")
   # GEMM: GFLOP/s >= 0.95 x the best SGEMM measured, i.e. time <= best time / 0.95.
   n = split("n1024.t1 n1024.t2 n4096.t2", ids, " ")
@@ -310,6 +317,11 @@ END {
     row(id, "one process, 1 thread", tandem[id], tandem["pp.mlp.train.single.t1"], 0.65, 0, "")
     row(id " (t2)", "one process, 2 threads", tandem[id], tandem["pp.mlp.train.single.t2"], 0.9, 0, "")
   }
+  # The GPT-style LM over 2 ranks x 1 thread (bench/lm_bench.cc; no anchor) against the tandem
+  # one-process step at 1 thread of the same run, with the pipeline limit (<= 0.65; 0.5 ideal).
+  n = split("lm.train.adam.tp2 lm.train.adam.pp2.m4 lm.train.adam.pp2.m8 lm.train.adam.dp2", ids, " ")
+  for (i = 1; i <= n; i++)
+    row(ids[i], "one process, 1 thread", tandem[ids[i]], tandem["lm.train.adam.t1"], 0.65, 0, "")
   printf "\n%d PASS, %d MISS, %d n/a (not measured in this run, or no reference)\n", pass, miss, na
 }' "$ANCHOR_SUMMARY" "$RAW" | tee "$OUT/targets.md"
 }
