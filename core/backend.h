@@ -99,6 +99,18 @@ class Backend {
   virtual void reduce(ReduceOp op, const Tensor& in, std::int64_t outer, std::int64_t reduced,
                       std::int64_t inner, Tensor& out) = 0;
 
+  // Softmax over each row of x viewed as [rows, n] (rows, n > 0: the front end, core/ops/softmax.h,
+  // handles the rest), of scale * x, optionally under a causal mask: with causal_queries = tq > 0
+  // row r is query q = r % tq of a [tq, n] score matrix and sees keys j <= q + n - tq only; the
+  // others get exactly 0. Fused because attention's scaling, mask and softmax were six passes
+  // over its scores forward and five backward. The defaults (core/ops/softmax.cc) compose the
+  // front-end operations, for a backend without the kernels; CPU and CUDA override them.
+  virtual void softmax_forward(const Tensor& x, std::int64_t rows, std::int64_t n, double scale,
+                               std::int64_t causal_queries, Tensor& y);
+  // gx = scale * y * (gy - sum over the row of gy * y), from forward's y (masked entries stay 0).
+  virtual void softmax_backward(const Tensor& y, const Tensor& gy, std::int64_t rows, std::int64_t n, double scale,
+                                Tensor& gx);
+
   // Batched matrix product out[b] = op(a[b]) @ op(b[b]) for b in [0, batch), where op transposes
   // when the flag is set. a holds batch_a in {1, batch} matrices of [m, k] ([k, m] transposed),
   // b holds batch_b in {1, batch} matrices of [k, n] ([n, k] transposed); a batch of 1 is
@@ -231,6 +243,24 @@ class Backend {
   virtual void batch_norm_backward_sums(const Tensor& gy, const Tensor& x, const Tensor& mean,
                                         std::int64_t outer, std::int64_t channels, std::int64_t inner,
                                         Tensor& sum_gy, Tensor& sum_gy_xmu) = 0;
+
+  // Layer normalisation over x viewed as [rows, n] (rows > 0, n > 0: the front end handles
+  // empty inputs): each row is normalised over its n features. gamma and beta are [n], mean and
+  // rstd [rows], all of x's dtype. Fused, because composing it from broadcasting element-wise
+  // ops and reductions cost ~20% of a transformer's training step on the CPU.
+  // The defaults (core/ops/normalization.cc) compose it from the front-end operations, for a
+  // backend without fused kernels (tests/comm's stand-in device); CPU and CUDA override them.
+  //
+  // Forward: per row the mean and rstd = 1 / sqrt(var + eps) (biased variance), kept for
+  // backward, and y = (x - mean) * rstd * gamma + beta.
+  virtual void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, std::int64_t rows,
+                                  std::int64_t n, double eps, Tensor& y, Tensor& mean, Tensor& rstd);
+  // Backward from forward's mean and rstd, with xhat = (x - mean) * rstd and g = gy * gamma:
+  // gbeta = sum over rows of gy, ggamma = sum over rows of gy * xhat ([n] each), and
+  // gx = rstd * (g - mean_n(g) - xhat * mean_n(g * xhat)) ([rows, n]). All three are overwritten.
+  virtual void layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd, std::int64_t rows, std::int64_t n, Tensor& gx,
+                                   Tensor& ggamma, Tensor& gbeta);
 };
 
 // The backend for a device type; throws naming OP when that device has no backend in this

@@ -10,5 +10,6 @@
 #include "core/ops/recurrent.h"
 #include "core/ops/reduce.h"
 #include "core/ops/shape_ops.h"
+#include "core/ops/softmax.h"
 #include "core/random.h"
 #include "core/tensor.h"

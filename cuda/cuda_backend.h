@@ -33,6 +33,10 @@ class CudaBackend final : public Backend {
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
   void reduce(ReduceOp op, const Tensor& in, std::int64_t outer, std::int64_t reduced, std::int64_t inner,
               Tensor& out) override;
+  void softmax_forward(const Tensor& x, std::int64_t rows, std::int64_t n, double scale, std::int64_t causal_queries,
+                       Tensor& y) override;
+  void softmax_backward(const Tensor& y, const Tensor& gy, std::int64_t rows, std::int64_t n, double scale,
+                        Tensor& gx) override;
   void matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int64_t batch, std::int64_t m,
               std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b, bool accumulate) override;
   void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst, const StridedView& dst_view,
@@ -85,6 +89,11 @@ class CudaBackend final : public Backend {
   void batch_norm_backward_sums(const Tensor& gy, const Tensor& x, const Tensor& mean, std::int64_t outer,
                                 std::int64_t channels, std::int64_t inner, Tensor& sum_gy,
                                 Tensor& sum_gy_xmu) override;
+  void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, std::int64_t rows,
+                          std::int64_t n, double eps, Tensor& y, Tensor& mean, Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                           const Tensor& rstd, std::int64_t rows, std::int64_t n, Tensor& gx, Tensor& ggamma,
+                           Tensor& gbeta) override;
 };
 
 CudaBackend& backend();

@@ -14,18 +14,6 @@
 namespace tandem {
 namespace functions {
 
-namespace {
-
-// [Tq, Tk]: 0 where query i sees key j (j <= i + Tk - Tq), -inf elsewhere; a constant.
-Tensor causal_mask(std::int64_t tq, std::int64_t tk, DType dtype, Device device) {
-  std::vector<double> values(static_cast<std::size_t>(tq * tk), 0.0);
-  for (std::int64_t i = 0; i < tq; ++i)
-    for (std::int64_t j = i + tk - tq + 1; j < tk; ++j) values[i * tk + j] = -std::numeric_limits<double>::infinity();
-  return from_vector<double>(values, {tq, tk}).to(dtype).to(device);
-}
-
-}  // namespace
-
 Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v, bool causal) {
   const char* op = "scaled_dot_product_attention";
   TANDEM_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
@@ -43,9 +31,9 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   TANDEM_CHECK(!causal || tk >= tq, op, ": causal attention needs at least as many keys (", tk, ") as queries (",
                tq, ")");
   TANDEM_CHECK(d > 0, op, ": d = 0 (q ", q.description(), ")");
-  Variable scores = mul(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(d)));
-  if (causal && tk > 1) scores = add(scores, Variable(causal_mask(tq, tk, q.dtype(), q.device())));
-  return matmul(softmax(scores, -1), v);
+  // The scale and the mask inside one fused softmax (masked scores get exactly zero weight).
+  const Variable weights = scaled_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(d)), causal);
+  return matmul(weights, v);
 }
 
 Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool causal) {

@@ -30,8 +30,10 @@ Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, con
 
 // Chainer's layer_normalization, over the last axis (the features of each row, any leading
 // axes): y = gamma * (x - mean) / sqrt(var + eps) + beta with the mean and biased variance of
-// each row, gamma and beta [features]. Composed of differentiable functions, so it runs on every
-// device; differentiable with respect to x, gamma and beta.
+// each row, gamma and beta [features] of x's dtype and device (f32 or f64). One fused kernel
+// forward and one backward (core/ops/normalization.h: layer_norm_forward/_backward), which keep
+// each row's mean and 1 / sqrt(var + eps) for the backward; differentiable with respect to x,
+// gamma and beta.
 Variable layer_normalization(const Variable& x, const Variable& gamma, const Variable& beta, double eps = 1e-6);
 
 }  // namespace functions

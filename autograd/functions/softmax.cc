@@ -20,12 +20,20 @@ class Softmax : public FunctionNode {
   std::string name() const override { return "softmax"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     ops_check(in[0]);
+    // Over the last axis (attention's, a classifier's [N, C]): the fused kernel.
+    last_ = normalize_axis(axis_, in[0].dim(), "softmax") == static_cast<std::int64_t>(in[0].dim()) - 1;
+    if (last_) {
+      Tensor y = softmax_last_axis(in[0]);
+      save_for_backward({y});
+      return {y};
+    }
     const Tensor e = exp(sub(in[0], max(in[0], {axis_}, true)));
     Tensor y = div(e, sum(e, {axis_}, true));
     save_for_backward({y});
     return {y};
   }
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    if (last_) return {softmax_last_axis_backward(saved()[0], gy[0])};
     // gx = y * (gy - sum(gy * y))
     const Tensor& y = saved()[0];
     const Tensor gyy = mul(gy[0], y);
@@ -38,6 +46,26 @@ class Softmax : public FunctionNode {
 
  private:
   std::int64_t axis_;
+  bool last_ = false;
+};
+
+// softmax(scale * x) over the last axis, optionally causal: one fused kernel each way.
+class ScaledSoftmax : public FunctionNode {
+ public:
+  ScaledSoftmax(double scale, bool causal) : scale_(scale), causal_(causal) {}
+  std::string name() const override { return "scaled_softmax"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    Tensor y = softmax_last_axis(in[0], scale_, causal_);
+    save_for_backward({y});
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    return {softmax_last_axis_backward(saved()[0], gy[0], scale_)};
+  }
+
+ private:
+  double scale_;
+  bool causal_;
 };
 
 class LogSoftmax : public FunctionNode {
@@ -64,6 +92,9 @@ class LogSoftmax : public FunctionNode {
 
 Variable softmax(const Variable& x, std::int64_t axis) { return call<Softmax>({x}, axis)[0]; }
 Variable log_softmax(const Variable& x, std::int64_t axis) { return call<LogSoftmax>({x}, axis)[0]; }
+Variable scaled_softmax(const Variable& x, double scale, bool causal) {
+  return call<ScaledSoftmax>({x}, scale, causal)[0];
+}
 
 }  // namespace functions
 }  // namespace tandem

@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/ieee_exp.h"
 #include "core/cpu/strided_loop.h"
 #include "core/error.h"
 #include "core/integer_power.h"
@@ -36,20 +37,6 @@ void exact_sqrt(const T* in, T* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = std::sqrt(in[i]);
 }
 
-// Eigen's packet exp clamps its argument to about log(the smallest normal), so below that it
-// returns the smallest normal instead of the denormal or 0 that IEEE's exp gives: exp(-inf) was
-// 1.2e-38 in f32 (5.6e-309 in f64) in the vector body and 0 in the scalar tail, so a softmax
-// over a -inf mask (causal attention) leaked weight and depended on an element's position, and
-// differed from the GPU's exp. Those arguments take std::exp instead.
-// The vector pass keeps those arguments as they are (negative, where every exp is >= 0; safe
-// when out is in), and a scalar pass finishes them.
-template <typename T>
-void exp_chunk(const ConstArrayMap<T>& x, ArrayMap<T>& y, T* out, std::int64_t n) {
-  const T lowest_normal_log = std::log(std::numeric_limits<T>::min());
-  y = (x < lowest_normal_log).select(x, x.exp());
-  for (std::int64_t i = 0; i < n; ++i)
-    if (out[i] < T(0)) out[i] = std::exp(out[i]);
-}
 
 // GELU's tanh form: 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3).
 constexpr double kGeluScale = 0.7978845608028654, kGeluCubic = 0.044715;
@@ -84,7 +71,7 @@ void unary_chunk(UnaryOp op, const T* in, T* out, std::int64_t n, double p0, dou
   }
   if constexpr (std::is_floating_point<T>::value) {
     switch (op) {
-      case UnaryOp::exp: exp_chunk(x, y, out, n); return;
+      case UnaryOp::exp: cpu::exp_chunk(x, y, out, n); return;
       case UnaryOp::log: y = x.log(); return;
       case UnaryOp::tanh: y = x.tanh(); return;
       // 1 / (1 + exp(-x)) overflows gracefully to 0 for very negative x in IEEE arithmetic.

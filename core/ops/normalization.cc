@@ -1,11 +1,13 @@
 #include "core/ops/normalization.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduce.h"
 
 namespace tandem {
 
@@ -94,6 +96,112 @@ Tensor batch_norm_grad_x(const Tensor& gy, const Tensor& x, const Tensor& gamma,
   const Tensor k2 = mul(mul(k1, square(invstd)), mul(sum_gy_xmu, -inv_m));
   const Tensor k3 = sub(mul(mul(k1, sum_gy), -inv_m), mul(mean, k2));
   return channel_affine(gy, k1, x, k2, k3);
+}
+
+namespace {
+
+// x [..., n] as [rows, n]: rows is the product of the leading extents (so that n = 0 still
+// gives the right number of rows).
+struct RowView {
+  std::int64_t rows, n;
+};
+
+RowView row_view(const Tensor& x) {
+  RowView v{1, x.size(-1)};
+  for (std::size_t d = 0; d + 1 < x.dim(); ++d) v.rows *= x.size(static_cast<std::int64_t>(d));
+  return v;
+}
+
+// A per-feature vector (gamma, beta): [n], x's dtype and device.
+void check_feature_vector(const Tensor& t, const Tensor& x, const char* what, const char* op) {
+  ops_detail::check_compatible({&x, &t}, op);
+  TANDEM_CHECK(t.dim() == 1 && t.size(0) == x.size(-1), op, ": ", what, " ", t.description(), " must be [n] = [",
+               x.size(-1), "] for x ", x.description());
+}
+
+// A per-row statistic (mean, rstd): [rows], x's dtype and device.
+void check_row_vector(const Tensor& t, const Tensor& x, std::int64_t rows, const char* what, const char* op) {
+  ops_detail::check_compatible({&x, &t}, op);
+  TANDEM_CHECK(t.dim() == 1 && t.size(0) == rows, op, ": ", what, " ", t.description(), " must be [rows] = [",
+               rows, "] for x ", x.description());
+}
+
+}  // namespace
+
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  const char* op = "layer_norm_forward";
+  ops_detail::check_floating(x, op);
+  TANDEM_CHECK(x.dim() >= 1, op, ": x must be [..., n], got ", x.description());
+  check_feature_vector(gamma, x, "gamma", op);
+  check_feature_vector(beta, x, "beta", op);
+  TANDEM_CHECK(eps >= 0, op, ": eps must not be negative, got ", eps);
+  // Tensors are always contiguous (core/tensor.h): x already is the [rows, n] the kernels read.
+  const RowView v = row_view(x);
+  LayerNormResult out{Tensor(x.shape(), x.dtype(), x.device()), Tensor({v.rows}, x.dtype(), x.device()),
+                      Tensor({v.rows}, x.dtype(), x.device())};
+  if (v.rows == 0) return out;
+  if (v.n == 0) {
+    out.mean.copy_(zeros({v.rows}, x.dtype(), x.device()));
+    out.rstd.copy_(full({v.rows}, 1 / std::sqrt(eps), x.dtype(), x.device()));
+    return out;
+  }
+  backend_for(x.device(), op).layer_norm_forward(x, gamma, beta, v.rows, v.n, eps, out.y, out.mean, out.rstd);
+  return out;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd) {
+  const char* op = "layer_norm_backward";
+  ops_detail::check_floating(x, op);
+  TANDEM_CHECK(x.dim() >= 1, op, ": x must be [..., n], got ", x.description());
+  ops_detail::check_compatible({&x, &gy}, op);
+  TANDEM_CHECK(gy.shape() == x.shape(), op, ": gy ", gy.description(), " must have the shape of x ",
+               x.description());
+  check_feature_vector(gamma, x, "gamma", op);
+  const RowView v = row_view(x);
+  check_row_vector(mean, x, v.rows, "mean", op);
+  check_row_vector(rstd, x, v.rows, "rstd", op);
+  LayerNormGrads out{Tensor(x.shape(), x.dtype(), x.device()), Tensor({v.n}, x.dtype(), x.device()),
+                     Tensor({v.n}, x.dtype(), x.device())};
+  if (v.n == 0) return out;
+  if (v.rows == 0) {  // sums over no rows
+    out.ggamma.copy_(zeros({v.n}, x.dtype(), x.device()));
+    out.gbeta.copy_(zeros({v.n}, x.dtype(), x.device()));
+    return out;
+  }
+  backend_for(x.device(), op).layer_norm_backward(gy, x, gamma, mean, rstd, v.rows, v.n, out.gx, out.ggamma,
+                                                  out.gbeta);
+  return out;
+}
+
+// ---- Backend's default layer-normalisation kernels ----
+//
+// For a backend without fused kernels: the same mathematics composed from the front-end
+// operations (which run on the backend of the operands' device). They live here, beside the
+// front end they are made of, rather than in core/backend.cc.
+
+void Backend::layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, std::int64_t rows,
+                                 std::int64_t n, double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const Tensor rows_x = x.reshape({rows, n});
+  const Tensor mu = tandem::mean(rows_x, {1}, true);
+  const Tensor centred = sub(rows_x, mu);
+  const Tensor rs = rdiv(1.0, sqrt(add(tandem::mean(square(centred), {1}, true), eps)));
+  y.copy_(add(mul(mul(centred, rs), gamma), beta).reshape(y.shape()));
+  mean.copy_(mu.reshape({rows}));
+  rstd.copy_(rs.reshape({rows}));
+}
+
+void Backend::layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, std::int64_t rows, std::int64_t n, Tensor& gx, Tensor& ggamma,
+                                  Tensor& gbeta) {
+  const Tensor rows_gy = gy.reshape({rows, n});
+  const Tensor rs = rstd.reshape({rows, 1});
+  const Tensor xhat = mul(sub(x.reshape({rows, n}), mean.reshape({rows, 1})), rs);
+  const Tensor g = mul(rows_gy, gamma);
+  const Tensor mean_g = tandem::mean(g, {1}, true), mean_gxhat = tandem::mean(mul(g, xhat), {1}, true);
+  gx.copy_(mul(rs, sub(sub(g, mean_g), mul(xhat, mean_gxhat))).reshape(gx.shape()));
+  ggamma.copy_(sum(mul(rows_gy, xhat), {0}));
+  gbeta.copy_(sum(rows_gy, {0}));
 }
 
 }  // namespace tandem

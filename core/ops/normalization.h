@@ -1,6 +1,8 @@
-// Per-channel batch-normalisation primitives over x [N, C, ...]: statistics over every axis
-// but axis 1, and the fused per-channel affine maps that the forward and backward passes of
-// autograd/functions/normalization.h and of comm's multi-node batch normalisation are built from.
+// Normalisation primitives behind autograd/functions/normalization.h:
+// - per-channel batch normalisation over x [N, C, ...]: statistics over every axis but axis 1,
+//   and the fused per-channel affine maps that the forward and backward passes of
+//   batch_normalization and of comm's multi-node batch normalisation are built from;
+// - fused layer normalisation over the last axis of x [..., n], forward and backward.
 #pragma once
 
 #include <utility>
@@ -47,5 +49,26 @@ std::pair<Tensor, Tensor> batch_norm_backward_sums(const Tensor& gy, const Tenso
 // of gy and x (gy * k1 + x * k2 + k3).
 Tensor batch_norm_grad_x(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& invstd, const Tensor& sum_gy, const Tensor& sum_gy_xmu, double count);
+
+// Layer normalisation of every row of x ([..., n], floating, at least 1-D; rows = the product
+// of the leading extents) over its last axis, fused (Backend::layer_norm_forward):
+// y = (x - mean) * rstd * gamma + beta, with each row's mean and rstd = 1 / sqrt(var + eps)
+// (biased variance). gamma and beta are [n] of x's dtype and device; eps >= 0. y has x's
+// shape; mean and rstd are [rows] (x's leading axes flattened), what the backward reads. Rows
+// of no features (n = 0) have mean 0 and rstd 1 / sqrt(eps), like a constant row.
+struct LayerNormResult {
+  Tensor y, mean, rstd;
+};
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
+
+// Its backward for the output gradient gy (x's shape), from forward's mean and rstd: gx (x's
+// shape), ggamma and gbeta ([n]), with xhat = (x - mean) * rstd and g = gy * gamma:
+// gx = rstd * (g - mean_n(g) - xhat * mean_n(g * xhat)), ggamma = sum over rows of gy * xhat,
+// gbeta = sum over rows of gy.
+struct LayerNormGrads {
+  Tensor gx, ggamma, gbeta;
+};
+LayerNormGrads layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                   const Tensor& rstd);
 
 }  // namespace tandem

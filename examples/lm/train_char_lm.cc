@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   flags.add_double("temperature", 0.8, "sampling temperature (0: greedy)");
   flags.add_string("prompt", "\n", "the text the sample continues");
   flags.add_int("progress", 1, "print a progress bar (0: only the table)");
+  flags.add_int("final-eval", 1, "evaluate the whole validation text at the end (0: skip)");
   flags.add_string("out", "result", "directory for the log, the vocabulary and snapshots (rank r > 0: <out>/rank<r>)");
   flags.add_string("resume", "", "'latest': continue from the newest snapshot that every rank completed");
   flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
@@ -193,13 +194,15 @@ int main(int argc, char** argv) {
   trainer.run();
 
   // The whole validation text (in whole batches), then a sample.
-  auto all_val = std::make_shared<SerialIterator>(whole_batches(validation, 0, batchsize), batchsize, false, false);
-  const Observation final_metrics = examples::replica_evaluator(all_val, pipe, layout)->evaluate();
-  if (rank == 0) {
-    std::printf("validation (%lld characters): loss %.4f, %.3f bits/char (unigram baseline %.3f)\n",
-                static_cast<long long>(whole_batches(validation, 0, batchsize)->size() * config.context),
-                final_metrics.at("loss"), final_metrics.at("bpc"), unigram);
-    std::fflush(stdout);
+  if (flags.get_int("final-eval") != 0) {
+    auto all_val = std::make_shared<SerialIterator>(whole_batches(validation, 0, batchsize), batchsize, false, false);
+    const Observation final_metrics = examples::replica_evaluator(all_val, pipe, layout)->evaluate();
+    if (rank == 0) {
+      std::printf("validation (%lld characters): loss %.4f, %.3f bits/char (unigram baseline %.3f)\n",
+                  static_cast<long long>(whole_batches(validation, 0, batchsize)->size() * config.context),
+                  final_metrics.at("loss"), final_metrics.at("bpc"), unigram);
+      std::fflush(stdout);
+    }
   }
   const long long length = flags.get_int("sample-length");
   if (length > 0) {

@@ -101,6 +101,9 @@ std::vector<FunctionCase> function_cases() {
                  return {F::scaled_dot_product_attention(v[0], v[1], v[2], true),
                          F::scaled_dot_product_attention(v[0], v[1], v[2], false)};
                }, {f64({2, 3, 4, 5}, 37), f64({2, 3, 4, 5}, 38), f64({2, 3, 4, 2}, 39)}});
+  c.push_back({"scaled_softmax, causal and not; softmax over the last axis, large", [](const Variables& v) -> Variables {
+                 return {F::scaled_softmax(v[0], 0.25, true), F::scaled_softmax(v[0], 2.0, false), F::softmax(v[1], -1)};
+               }, {f64({3, 6, 9}, 45), f64({700, 130}, 46, -5, 5)}});
   c.push_back({"multi_head_self_attention (qkv packed per head), causal", [](const Variables& v) -> Variables {
                  return {F::multi_head_self_attention(v[0], 2, true)};
                }, {f64({2, 5, 2 * 3 * 4}, 47)}});

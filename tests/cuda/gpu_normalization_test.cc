@@ -1,6 +1,9 @@
 // Batch normalisation on cuda:0 against the CPU: the per-channel primitives (statistics,
 // affine maps, backward sums) over [N, C] and [N, C, H, W] layouts small and large, and the
 // differentiable batch_normalization (with running statistics) and fixed_batch_normalization.
+// Layer normalisation likewise: its fused primitives over rows short (a warp per row) and long
+// (a block per row), few and many (the column sums of ggamma and gbeta in several chunks), and
+// the differentiable layer_normalization.
 #include <catch2/catch.hpp>
 
 #include "core/ops/normalization.h"
@@ -112,10 +115,67 @@ TEST_CASE("batch_normalization numerical gradients on the GPU", "[normalization]
       uniform({3}, 36, -1, 1, DType::f64), uniform({3}, 37, 0.5, 2, DType::f64)});
 }
 
+TEST_CASE("layer_norm_forward and layer_norm_backward per row", "[normalization][layer_norm]") {
+  // Rows of up to 1024 features take a warp each, longer ones a block; 4097 rows make ggamma's
+  // and gbeta's column sums several chunks, the last one short.
+  for (const Shape& shape : std::vector<Shape>{{4, 5}, {2, 3, 6}, {1, 7}, {4097, 64}, {300, 1024}, {8, 1025},
+                                               {3, 5000}, {70000, 3}}) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      INFO(shape_str(shape) << " " << dtype_name(dtype));
+      const std::int64_t n = shape.back();
+      const Tensor x = uniform(shape, 40, -2, 3, dtype), gy = uniform(shape, 41, -1, 1, dtype);
+      const Tensor gamma = uniform({n}, 42, 0.5, 1.5, dtype), beta = uniform({n}, 43, -1, 1, dtype);
+      {
+        INFO("layer_norm_forward (f32 statistics in float on the GPU, in double on the CPU)");
+        check_op([](std::vector<Tensor>& v) {
+          const LayerNormResult r = layer_norm_forward(v[0], v[1], v[2], 1e-5);
+          return std::vector<Tensor>{r.y, r.mean, r.rstd};
+        }, {x, gamma, beta}, for_dtype(dtype, 1e-5, 1e-12));
+      }
+      {
+        INFO("layer_norm_backward");
+        const LayerNormResult r = layer_norm_forward(x, gamma, beta, 1e-5);
+        check_op([](std::vector<Tensor>& v) {
+          const LayerNormGrads g = layer_norm_backward(v[0], v[1], v[2], v[3], v[4]);
+          return std::vector<Tensor>{g.gx, g.ggamma, g.gbeta};
+        }, {gy, x, gamma, r.mean, r.rstd}, for_dtype(dtype, near(1e-4), near(1e-11)));
+      }
+    }
+  }
+}
+
+TEST_CASE("layer_normalization values and gradients, a constant row, numerical gradients",
+          "[normalization][layer_norm][autograd]") {
+  for (const Shape& shape : std::vector<Shape>{{4, 5}, {2, 3, 6}, {64, 128}, {16, 2000}}) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      INFO(shape_str(shape) << " " << dtype_name(dtype));
+      const std::int64_t n = shape.back();
+      check_function([](const Variables& v) -> Variables { return {F::layer_normalization(v[0], v[1], v[2])}; },
+                     {uniform(shape, 50, -2, 3, dtype), uniform({n}, 51, 0.5, 1.5, dtype),
+                      uniform({n}, 52, -1, 1, dtype)},
+                     for_dtype(dtype, 1e-5, 1e-12), for_dtype(dtype, 1e-4, 1e-11));
+    }
+  }
+  // Variance exactly 0: y = beta and finite gradients on both.
+  const Tensor constant_row = tandem::from_vector<double>({2.5, 2.5, 2.5, 2.5, 1, -1, 0.5, 3}, {2, 4});
+  for (DType dtype : {DType::f64, DType::f32}) {
+    check_function([](const Variables& v) -> Variables { return {F::layer_normalization(v[0], v[1], v[2])}; },
+                   {constant_row.to(dtype), uniform({4}, 53, 0.5, 1.5, dtype), uniform({4}, 54, -1, 1, dtype)},
+                   for_dtype(dtype, 1e-5, 1e-12), for_dtype(dtype, 1e-4, 1e-11));
+  }
+  REQUIRE_GPU_GRADCHECK([](const Variables& v) -> Variables { return {F::layer_normalization(v[0], v[1], v[2])}; },
+                        {uniform({2, 3, 5}, 55, -2, 2, DType::f64), uniform({5}, 56, 0.5, 1.5, DType::f64),
+                         uniform({5}, 57, -1, 1, DType::f64)});
+}
+
 TEST_CASE("normalisation errors are the CPU's", "[normalization][errors]") {
   CHECK_THROWS_WITH(batch_norm_statistics(zeros({3}, DType::f32, gpu())), Contains("[N, C, ...]"));
   CHECK_THROWS_WITH(batch_norm_statistics(zeros({3, 2}, DType::i32, gpu())), Contains("floating"));
   CHECK_THROWS_WITH(channel_affine(zeros({4, 3}, DType::f32, gpu()), zeros({2}, DType::f32, gpu()),
                                    zeros({3}, DType::f32, gpu())),
                     Contains("scale f32[2]"));
+  const std::string message = require_same_error([](std::vector<Tensor>& v) {
+    return std::vector<Tensor>{layer_norm_forward(v[0], v[1], v[2], 1e-5).y};
+  }, {uniform({4, 3}, 60), uniform({3}, 61), uniform({4}, 62)});
+  CHECK_THAT(message, Contains("layer_norm_forward: beta f32[4]") && Contains("must be [n] = [3]"));
 }

@@ -1,10 +1,12 @@
-// Gradients and behaviour of autograd/functions/normalization.h: batch_normalization and
-// fixed_batch_normalization.
+// Gradients and behaviour of autograd/functions/normalization.h: batch_normalization,
+// fixed_batch_normalization and layer_normalization (with its fused primitives,
+// core/ops/normalization.h: layer_norm_forward/_backward).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/cpu_backend.h"
 #include "tests/autograd/functions/gradcheck_util.h"
 
 using namespace tandem;
@@ -197,4 +199,219 @@ TEST_CASE("layer_normalization: each row normalised over its last axis, gradient
   CHECK_THROWS_WITH(F::layer_normalization(Variable(uniform({2, 3}, 1)), Variable(ones({4}, DType::f64)),
                                            Variable(zeros({4}, DType::f64))),
                     Contains("layer_normalization: x must be [..., features] with gamma and beta [features]"));
+}
+
+namespace {
+
+struct NaiveLayerNorm {
+  std::vector<double> y, mean, rstd;
+};
+
+// Each row of x [..., n] by a naive loop in double: two-pass mean and biased variance.
+NaiveLayerNorm naive_ln(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  const std::vector<double> v = x.to_vector<double>(), g = gamma.to_vector<double>(), b = beta.to_vector<double>();
+  const std::size_t n = static_cast<std::size_t>(x.shape().back()), rows = v.size() / n;
+  NaiveLayerNorm out{std::vector<double>(v.size()), std::vector<double>(rows), std::vector<double>(rows)};
+  for (std::size_t r = 0; r < rows; ++r) {
+    double m = 0, var = 0;
+    for (std::size_t j = 0; j < n; ++j) m += v[r * n + j];
+    m /= static_cast<double>(n);
+    for (std::size_t j = 0; j < n; ++j) var += (v[r * n + j] - m) * (v[r * n + j] - m);
+    var /= static_cast<double>(n);
+    out.mean[r] = m;
+    out.rstd[r] = 1 / std::sqrt(var + eps);
+    for (std::size_t j = 0; j < n; ++j) out.y[r * n + j] = g[j] * (v[r * n + j] - m) * out.rstd[r] + b[j];
+  }
+  return out;
+}
+
+// The composed form layer_normalization had before it was fused: an independent reference for
+// its gradients.
+Variable composed_ln(const Variable& x, const Variable& gamma, const Variable& beta, double eps) {
+  const std::int64_t last = static_cast<std::int64_t>(x.dim()) - 1;
+  const Variable centred = F::sub(x, F::mean(x, {last}, true));
+  const Variable variance = F::mean(F::mul(centred, centred), {last}, true);
+  return F::add(F::mul(F::div(centred, F::sqrt(F::add(variance, eps))), gamma), beta);
+}
+
+// layer_normalization against naive_ln (values) and composed_ln (the gradients of all three
+// inputs for a random output gradient), in f64.
+void check_ln_against_references(const Shape& shape, std::uint64_t seed, double eps, double tol) {
+  INFO("shape " << shape_str(shape) << ", eps " << eps);
+  const std::int64_t n = shape.back();
+  const Tensor x = uniform(shape, seed, -2, 3), gamma = uniform({n}, seed + 1, 0.5, 1.5),
+               beta = uniform({n}, seed + 2), gy = uniform(shape, seed + 3);
+  Variable xs[2] = {Variable(x.clone(), true), Variable(x.clone(), true)};
+  Variable gammas[2] = {Variable(gamma.clone(), true), Variable(gamma.clone(), true)};
+  Variable betas[2] = {Variable(beta.clone(), true), Variable(beta.clone(), true)};
+  const Variable fused = F::layer_normalization(xs[0], gammas[0], betas[0], eps);
+  const Variable composed = composed_ln(xs[1], gammas[1], betas[1], eps);
+  const NaiveLayerNorm want = naive_ln(x, gamma, beta, eps);
+  REQUIRE(fused.shape() == shape);
+  REQUIRE_NEAR_VALUES(fused.data(), want.y, tol);
+  fused.backward(gy);
+  composed.backward(gy);
+  REQUIRE_NEAR_VALUES(xs[0].grad(), xs[1].grad(), tol);
+  REQUIRE_NEAR_VALUES(gammas[0].grad(), gammas[1].grad(), tol);
+  REQUIRE_NEAR_VALUES(betas[0].grad(), betas[1].grad(), tol);
+}
+
+Variables ln(const Variables& v) { return {F::layer_normalization(v[0], v[1], v[2])}; }
+
+}  // namespace
+
+TEST_CASE("layer_normalization of a 3-D input against a loop, gradients of x, gamma and beta",
+          "[normalization][gradcheck]") {
+  const Shape shape{2, 3, 5};
+  const Tensor x = uniform(shape, 80, -2, 2), gamma = uniform({5}, 81, 0.5, 1.5), beta = uniform({5}, 82);
+  for (double eps : {1e-6, 0.3}) {
+    INFO("eps " << eps);
+    const Variable y = F::layer_normalization(Variable(x), Variable(gamma), Variable(beta), eps);
+    REQUIRE(y.shape() == shape);
+    REQUIRE_NEAR_VALUES(y.data(), naive_ln(x, gamma, beta, eps).y, 1e-12);
+  }
+  REQUIRE_GRADCHECK(ln, {x, gamma, beta});
+  check_ln_against_references(shape, 83, 1e-6, 1e-10);
+  SECTION("only some inputs need a gradient") {
+    Variable xv(x, true), gv(gamma), bv(beta, true);
+    F::sum(F::mul(F::layer_normalization(xv, gv, bv), Variable(uniform(shape, 84)))).backward();
+    REQUIRE(xv.grad().defined());
+    REQUIRE_FALSE(gv.grad().defined());
+    REQUIRE(bv.grad().defined());
+  }
+}
+
+TEST_CASE("layer_normalization primitives: mean and rstd per row, empty inputs", "[normalization]") {
+  const Tensor x = uniform({2, 3, 4}, 90, -2, 2), gamma = uniform({4}, 91, 0.5, 1.5), beta = uniform({4}, 92);
+  const LayerNormResult r = layer_norm_forward(x, gamma, beta, 1e-5);
+  const NaiveLayerNorm want = naive_ln(x, gamma, beta, 1e-5);
+  REQUIRE(r.mean.shape() == Shape{6});
+  REQUIRE_NEAR_VALUES(r.y, want.y, 1e-12);
+  REQUIRE_NEAR_VALUES(r.mean, want.mean, 1e-12);
+  REQUIRE_NEAR_VALUES(r.rstd, want.rstd, 1e-12);
+  // No rows: nothing to normalise, and gamma's and beta's gradients are sums over nothing.
+  const LayerNormResult none = layer_norm_forward(zeros({0, 4}, DType::f64), gamma, beta, 1e-5);
+  REQUIRE(none.y.shape() == Shape{0, 4});
+  REQUIRE(none.mean.shape() == Shape{0});
+  const LayerNormGrads g0 = layer_norm_backward(zeros({0, 4}, DType::f64), zeros({0, 4}, DType::f64), gamma,
+                                                none.mean, none.rstd);
+  REQUIRE(g0.gx.shape() == Shape{0, 4});
+  REQUIRE_NEAR_VALUES(g0.ggamma, {0, 0, 0, 0});
+  REQUIRE_NEAR_VALUES(g0.gbeta, {0, 0, 0, 0});
+  // No features: rows of zero variance.
+  const Tensor empty_params = zeros({0}, DType::f64);
+  const LayerNormResult flat = layer_norm_forward(zeros({3, 0}, DType::f64), empty_params, empty_params, 0.25);
+  REQUIRE(flat.y.shape() == Shape{3, 0});
+  REQUIRE_NEAR_VALUES(flat.mean, {0, 0, 0});
+  REQUIRE_NEAR_VALUES(flat.rstd, {2, 2, 2});
+  const LayerNormGrads g1 = layer_norm_backward(zeros({3, 0}, DType::f64), zeros({3, 0}, DType::f64), empty_params,
+                                                flat.mean, flat.rstd);
+  REQUIRE(g1.gx.shape() == Shape{3, 0});
+  REQUIRE(g1.ggamma.shape() == Shape{0});
+}
+
+TEST_CASE("Backend's default layer-norm kernels (composed, for backends without fused ones) agree with the CPU's",
+          "[normalization]") {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    INFO(dtype_name(dtype));
+    const double tol = dtype == DType::f32 ? 1e-5 : 1e-12;
+    const std::int64_t rows = 6, n = 5;
+    const Tensor x = uniform({2, 3, n}, 95, -2, 2, dtype), gy = uniform({2, 3, n}, 96, -1, 1, dtype);
+    const Tensor gamma = uniform({n}, 97, 0.5, 1.5, dtype), beta = uniform({n}, 98, -1, 1, dtype);
+    const LayerNormResult fused = layer_norm_forward(x, gamma, beta, 1e-5);
+    Tensor y(x.shape(), dtype), mean({rows}, dtype), rstd({rows}, dtype);
+    // Qualified calls reach the base class's defaults past the CPU backend's overrides.
+    Backend& cpu = cpu_backend();
+    cpu.Backend::layer_norm_forward(x, gamma, beta, rows, n, 1e-5, y, mean, rstd);
+    REQUIRE_NEAR_VALUES(y, fused.y, tol);
+    REQUIRE_NEAR_VALUES(mean, fused.mean, tol);
+    REQUIRE_NEAR_VALUES(rstd, fused.rstd, tol);
+    const LayerNormGrads want = layer_norm_backward(gy, x, gamma, fused.mean, fused.rstd);
+    Tensor gx(x.shape(), dtype), ggamma({n}, dtype), gbeta({n}, dtype);
+    cpu.Backend::layer_norm_backward(gy, x, gamma, fused.mean, fused.rstd, rows, n, gx, ggamma, gbeta);
+    REQUIRE_NEAR_VALUES(gx, want.gx, tol);
+    REQUIRE_NEAR_VALUES(ggamma, want.ggamma, tol);
+    REQUIRE_NEAR_VALUES(gbeta, want.gbeta, tol);
+  }
+}
+
+TEST_CASE("layer_normalization of a constant row: y = beta, finite gradients", "[normalization]") {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    INFO(dtype_name(dtype));
+    const double eps = 1e-6;
+    // Row 0 constant (variance exactly 0), row 1 not.
+    const Tensor x = gc_util::f64({2.5, 2.5, 2.5, 2.5, 1, -1, 0.5, 3}, {2, 4}).to(dtype);
+    const Tensor gamma = gc_util::f64({0.5, 1.5, -1, 2}, {4}).to(dtype), beta = gc_util::f64({0.1, -0.2, 0.3, 0.4}, {4}).to(dtype);
+    Variable xv(x, true), gv(gamma, true), bv(beta, true);
+    const Variable y = F::layer_normalization(xv, gv, bv, eps);
+    const std::vector<double> yv = y.data().to_vector<double>();
+    for (int j = 0; j < 4; ++j) CHECK(yv[j] == beta.to_vector<double>()[j]);
+    const Tensor gy = gc_util::f64({1, -2, 0.5, 0.25, 1, 1, 1, 1}, {2, 4}).to(dtype);
+    y.backward(gy);
+    for (const Variable* v : {&xv, &gv, &bv}) {
+      for (double g : v->grad().to_vector<double>()) CHECK(std::isfinite(g));
+    }
+    // With xhat = 0 the row's gradient is rstd * (g - mean(g)), g = gy * gamma; and it adds
+    // nothing to gamma's gradient.
+    const double rstd = 1 / std::sqrt(eps);
+    const std::vector<double> g = {0.5, -3, -0.5, 0.5};
+    const double mean_g = (0.5 - 3 - 0.5 + 0.5) / 4;
+    const std::vector<double> gx = xv.grad().to_vector<double>();
+    for (int j = 0; j < 4; ++j) CHECK(gx[j] == Approx(rstd * (g[j] - mean_g)).epsilon(dtype == DType::f32 ? 1e-5 : 1e-12));
+    const NaiveLayerNorm row1 = naive_ln(gc_util::f64({1, -1, 0.5, 3}, {1, 4}), ones({4}, DType::f64),
+                                         zeros({4}, DType::f64), eps);
+    for (int j = 0; j < 4; ++j)
+      CHECK(gv.grad().to_vector<double>()[j] == Approx(row1.y[j]).epsilon(dtype == DType::f32 ? 1e-5 : 1e-12));
+  }
+}
+
+TEST_CASE("layer_normalization in f32 agrees with f64", "[normalization][f32]") {
+  gc_util::check_f32_against_f64(ln, {uniform({2, 3, 5}, 100, -2, 2), uniform({5}, 101, 0.5, 1.5), uniform({5}, 102)});
+  gc_util::check_f32_against_f64(ln, {uniform({64, 300}, 103, -2, 2), uniform({300}, 104, 0.5, 1.5),
+                                      uniform({300}, 105)});
+}
+
+TEST_CASE("layer_normalization in f32 of rows far from 0 keeps its accuracy", "[normalization][f32]") {
+  // 1000 + k / 64: exact in f32, a spread of about 1 around 1000. The statistics accumulate and
+  // the rows are centred in double, so y is as accurate as f32 can hold it (centring with an f32
+  // mean would be off by up to half an ulp of 1000, 3e-5).
+  std::vector<double> values;
+  for (int i = 0; i < 8 * 96; ++i) values.push_back(1000 + ((i * 37) % 129) / 64.0);
+  const Tensor x = gc_util::f64(values, {8, 96}), gamma = uniform({96}, 106, 0.5, 1.5), beta = uniform({96}, 107);
+  const Tensor gamma32 = gamma.to(DType::f32), beta32 = beta.to(DType::f32);
+  const Variable y = F::layer_normalization(Variable(x.to(DType::f32)), Variable(gamma32), Variable(beta32));
+  REQUIRE_NEAR_VALUES(y.data(), naive_ln(x, gamma32.to(DType::f64), beta32.to(DType::f64), 1e-6).y, 1e-6);
+}
+
+TEST_CASE("layer_normalization over long rows and many rows against the references", "[normalization]") {
+  check_ln_against_references({5, 1000}, 110, 1e-6, 1e-10);
+  check_ln_against_references({4097, 7}, 120, 1e-6, 1e-10);  // rows split over threads
+  check_ln_against_references({3, 11, 129}, 130, 1e-3, 1e-10);
+}
+
+TEST_CASE("layer_normalization rejects mismatched operands", "[normalization][errors]") {
+  const Variable x(uniform({4, 3}, 140), true);
+  const Variable g(uniform({3}, 141)), b(uniform({3}, 142));
+  CHECK_THROWS_WITH(F::layer_normalization(x, Variable(uniform({2}, 143)), b),
+                    Contains("layer_normalization: x must be [..., features] with gamma and beta [features]") &&
+                        Contains("gamma f64[2]"));
+  CHECK_THROWS_WITH(F::layer_normalization(x, g, Variable(uniform({3, 1}, 144))), Contains("beta f64[3, 1]"));
+  CHECK_THROWS_WITH(F::layer_normalization(x, Variable(uniform({3}, 145, -1, 1, DType::f32)), b),
+                    Contains("layer_normalization: gamma f32[3] and x f64[4, 3] have different dtypes"));
+  CHECK_THROWS_WITH(F::layer_normalization(Variable(uniform({4, 3}, 146, -1, 1, DType::f32)), Variable(g.data().to(DType::f32)), b),
+                    Contains("layer_normalization: beta f64[3]") && Contains("different dtypes"));
+  CHECK_THROWS_WITH(F::layer_normalization(Variable(gc_util::i32({1, 2, 3}, {1, 3})), g, b), Contains("floating"));
+  CHECK_THROWS_WITH(F::layer_normalization(x, g, b, 0), Contains("eps must be positive"));
+  // The primitives name themselves and the tensors involved.
+  const Tensor xt = x.data(), gt = g.data();
+  CHECK_THROWS_WITH(layer_norm_forward(xt, gt, uniform({4}, 147), 1e-5),
+                    Contains("layer_norm_forward: beta f64[4] must be [n] = [3] for x f64[4, 3]"));
+  CHECK_THROWS_WITH(layer_norm_forward(xt, gt, gt, -1), Contains("layer_norm_forward: eps must not be negative"));
+  const LayerNormResult r = layer_norm_forward(xt, gt, gt, 1e-5);
+  CHECK_THROWS_WITH(layer_norm_backward(xt, xt, gt, uniform({3}, 148), r.rstd),
+                    Contains("layer_norm_backward: mean f64[3] must be [rows] = [4]"));
+  CHECK_THROWS_WITH(layer_norm_backward(uniform({4, 3}, 149, -1, 1, DType::f32), xt, gt, r.mean, r.rstd),
+                    Contains("layer_norm_backward") && Contains("different dtypes"));
+  CHECK_THROWS_WITH(layer_norm_backward(uniform({3, 4}, 150), xt, gt, r.mean, r.rstd),
+                    Contains("layer_norm_backward: gy f64[3, 4] must have the shape of x f64[4, 3]"));
 }

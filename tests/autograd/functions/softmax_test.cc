@@ -111,3 +111,21 @@ TEST_CASE("softmax and log_softmax in f32 agree with f64", "[softmax][f32]") {
   gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::softmax(v[0], 1)}; }, {x});
   gc_util::check_f32_against_f64([](const Variables& v) -> Variables { return {F::log_softmax(v[0], 0)}; }, {x});
 }
+
+TEST_CASE("scaled_softmax: gradients, the causal mask, and softmax over the last axis", "[softmax][gradcheck]") {
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    REQUIRE_GRADCHECK([causal](const Variables& v) -> Variables { return {F::scaled_softmax(v[0], 0.3, causal)}; },
+                      {gc_util::uniform({2, 3, 5}, 90 + causal, -2, 2)});
+  }
+  // scale 1 without a mask is softmax over the last axis.
+  const Tensor x = gc_util::uniform({4, 6}, 92, -3, 3);
+  const std::vector<double> a = F::scaled_softmax(Variable(x)).data().to_vector<double>(),
+                            b = F::softmax(Variable(x), -1).data().to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-15));
+  // Causal over [3, 5]: query 0 sees keys 0..2 (the last 3 of 5 positions).
+  const std::vector<double> y = F::scaled_softmax(Variable(gc_util::uniform({3, 5}, 93)), 1.0, true).data().to_vector<double>();
+  CHECK(y[3] == 0.0);
+  CHECK(y[4] == 0.0);
+  CHECK(y[2] > 0.0);
+}
