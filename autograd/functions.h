@@ -19,6 +19,7 @@
 #include "autograd/functions/normalization.h"
 #include "autograd/functions/pooling.h"
 #include "autograd/functions/reduction.h"
+#include "autograd/functions/rows.h"
 #include "autograd/functions/softmax.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"

@@ -121,6 +121,33 @@ class Alltoall final : public CollectiveFunction {
   }
 };
 
+class Alltoallv final : public CollectiveFunction {
+ public:
+  Alltoallv(Communicator& comm, std::vector<std::int64_t> send_counts)
+      : CollectiveFunction(comm), send_counts_(std::move(send_counts)) {}
+  std::string name() const override { return "alltoallv"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
+    remember_inputs(inputs);
+    dtype_ = inputs[0].dtype();
+    AlltoallvResult result = comm_->alltoallv(inputs[0], send_counts_);
+    recv_counts_ = std::move(result.recv_counts);
+    return {result.y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    if (!differentiable()) return no_grads();
+    CommBackwardScope scope;
+    // The same routes backwards: what came from rank r goes back to it.
+    AlltoallvResult back = comm_->alltoallv(gy[0], recv_counts_);
+    TANDEM_CHECK(back.recv_counts == send_counts_, "alltoallv (in backward): rank ", comm_->rank(),
+                 " got its gradients back in pieces of other lengths than it sent");
+    return on_input_devices({back.y});
+  }
+  const std::vector<std::int64_t>& recv_counts() const { return recv_counts_; }
+
+ private:
+  std::vector<std::int64_t> send_counts_, recv_counts_;
+};
+
 class Allreduce final : public CollectiveFunction {
  public:
   Allreduce(Communicator& comm, AllreduceOp op) : CollectiveFunction(comm), op_(op) {}
@@ -165,6 +192,15 @@ Variables allgather(Communicator& comm, const Variable& x) {
 }
 
 Variables alltoall(Communicator& comm, const Variables& xs) { return call<Alltoall>(xs, comm); }
+
+Variable alltoallv(Communicator& comm, const Variable& x, const std::vector<std::int64_t>& send_counts,
+                   std::vector<std::int64_t>* recv_counts) {
+  check_defined(x, "alltoallv", comm);
+  auto node = std::make_shared<Alltoallv>(comm, send_counts);
+  Variable y = node->apply({x})[0];
+  if (recv_counts) *recv_counts = node->recv_counts();
+  return y;
+}
 
 Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op) {
   check_defined(x, "allreduce", comm);

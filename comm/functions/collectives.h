@@ -9,6 +9,7 @@
 // | scatter    | each rank gets its piece             | gather of the gradients to the root   |
 // | allgather  | every rank gets every x              | reduce-scatter                        |
 // | alltoall   | piece j of rank i goes to rank j     | alltoall of the gradients             |
+// | alltoallv  | rows of x to each rank, any lengths  | alltoallv back along the same routes  |
 // | allreduce  | sum (or mean) over ranks             | allreduce of the gradients            |
 //
 // Ranks that pass no data (bcast and scatter away from the root) may pass a delegate
@@ -39,6 +40,11 @@ Variables gather(Communicator& comm, const Variable& x, int root = 0, std::optio
 Variable scatter(Communicator& comm, const Variables& xs, int root = 0, std::optional<Device> device = std::nullopt);
 Variables allgather(Communicator& comm, const Variable& x);
 Variables alltoall(Communicator& comm, const Variables& xs);
+// Communicator::alltoallv, differentiable: x's rows go out in pieces of send_counts rows (one
+// count per rank, zero allowed); returns the rows received, in rank order, and (when asked)
+// how many came from each rank. Backward sends each piece's gradient back to where it came from.
+Variable alltoallv(Communicator& comm, const Variable& x, const std::vector<std::int64_t>& send_counts,
+                   std::vector<std::int64_t>* recv_counts = nullptr);
 Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op = AllreduceOp::sum);
 
 }  // namespace tandem::functions

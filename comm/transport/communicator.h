@@ -68,6 +68,13 @@ struct MessageExpectation {
   bool check_list = false;
 };
 
+// What alltoallv returns: the rows every rank sent here, concatenated in rank order, and how
+// many came from each rank.
+struct AlltoallvResult {
+  Tensor y;
+  std::vector<std::int64_t> recv_counts;
+};
+
 struct ReceivedMessage {
   comm_detail::MessageHeader header;
   Tensor tensor;
@@ -137,6 +144,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual std::vector<Tensor> allgather(const Tensor& x) = 0;
   // xs[j] goes to rank j; returns, in rank order, what every rank sent to this one.
   virtual std::vector<Tensor> alltoall(const std::vector<Tensor>& xs) = 0;
+  // alltoall of row ranges of one tensor, of lengths that differ per destination (MPI_Alltoallv):
+  // x's rows [c_0 + ... + c_{j-1}, c_0 + ... + c_j) go to rank j, where c = send_counts (one
+  // per rank, summing to x's first extent; zero is fine). The receive counts travel in the
+  // headers, so no rank declares them. Every rank's rows must have the same shape and dtype
+  // (x.shape() past the first axis): otherwise an error on every rank listing each rank's rows.
+  virtual AlltoallvResult alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts) = 0;
   // Element-wise sum (or mean) over ranks; shapes and dtypes must match.
   virtual Tensor allreduce(const Tensor& x, AllreduceOp op = AllreduceOp::sum) = 0;
   // Element-wise sum at the root (undefined elsewhere).

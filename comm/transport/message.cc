@@ -27,6 +27,7 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::object_bcast: return "bcast_obj";
     case OpKind::object_gather: return "gather_obj";
     case OpKind::split: return "split";
+    case OpKind::alltoallv: return "alltoallv";
   }
   return "unknown";
 }

@@ -42,7 +42,8 @@ enum class OpKind : std::uint8_t {
   object_bcast = 25,
   object_gather = 26,
   split = 27,
-  last = split,
+  alltoallv = 28,
+  last = alltoallv,
 };
 
 const char* op_kind_name(OpKind kind);

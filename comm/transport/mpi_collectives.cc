@@ -460,6 +460,46 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
                  " and ", x.description(), ")");
   }
   check_one_kind(xs, "alltoall");
+  const FlatExchange exchanged = exchange_pieces(xs, OpKind::alltoall, "alltoall", nullptr);
+  return split_flat(exchanged.flat, exchanged.shapes);
+}
+
+AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts) {
+  check_defined(x, "alltoallv");
+  TANDEM_CHECK(x.dim() >= 1, "alltoallv: rank ", rank_, " passed ", x.description(),
+               "; its pieces are rows along the first axis, so it needs at least one axis");
+  TANDEM_CHECK(static_cast<int>(send_counts.size()) == size_, "alltoallv: rank ", rank_, " passed ",
+               send_counts.size(), " send counts for ", size_, " ranks");
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < send_counts.size(); ++r) {
+    TANDEM_CHECK(send_counts[r] >= 0, "alltoallv: rank ", rank_, "'s send count for rank ", r, " is ",
+                 send_counts[r], " (counts are numbers of rows, at least 0)");
+    total += send_counts[r];
+  }
+  TANDEM_CHECK(total == x.shape()[0], "alltoallv: rank ", rank_, "'s send counts add up to ", total, " rows but ",
+               x.description(), " has ", x.shape()[0]);
+  // Consecutive row ranges of one (always contiguous) tensor: MPI sends straight from x, unpacked.
+  std::vector<Tensor> pieces;
+  std::int64_t begin = 0;
+  for (std::int64_t count : send_counts) {
+    pieces.push_back(x.slice_rows(begin, begin + count));
+    begin += count;
+  }
+  Shape row_shape(x.shape().begin() + 1, x.shape().end());
+  const FlatExchange exchanged = exchange_pieces(pieces, OpKind::alltoallv, "alltoallv", &row_shape);
+  AlltoallvResult result;
+  std::int64_t received = 0;
+  for (const Shape& shape : exchanged.shapes) {
+    result.recv_counts.push_back(shape[0]);
+    received += shape[0];
+  }
+  row_shape.insert(row_shape.begin(), received);
+  result.y = exchanged.flat.reshape(row_shape);
+  return result;
+}
+
+MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector<Tensor>& xs, OpKind kind,
+                                                               const char* operation, const Shape* row_shape) {
   // Whether every piece of this rank has the same size: when all ranks say so (with the same
   // size), every rank can choose MPI_Alltoall, which beats the v-variant.
   std::int64_t uniform = static_cast<std::int64_t>(xs[0].nbytes());
@@ -470,42 +510,60 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
     for (const Tensor& x : xs) sends.push_back(transport_copy(x));
   const std::vector<Header> all = exchange_headers(
       [&](int peer) {
-        Header header = collective_header(OpKind::alltoall, -1, &xs[peer]);
+        Header header = collective_header(kind, -1, &xs[peer]);
         header.aux = uniform;
         return header;
       },
       false);
-  std::vector<Shape> shapes(size_);
+  FlatExchange out;
+  out.shapes.resize(size_);
   std::int64_t numel = 0;
   for (int r = 0; r < size_; ++r) {
-    shapes[r] = all[r].shape;  // what rank r sends here
-    numel += shape_numel(shapes[r]);
+    out.shapes[r] = all[r].shape;  // what rank r sends here
+    numel += shape_numel(out.shapes[r]);
+  }
+  if (row_shape) {
+    // Every rank sees every rank's rows (in the piece it sent here), so every rank reaches the
+    // same verdict, before any data moves.
+    for (int r = 0; r < size_; ++r) {
+      const Shape& shape = all[r].shape;
+      const bool same = !shape.empty() && Shape(shape.begin() + 1, shape.end()) == *row_shape;
+      if (same) continue;
+      std::ostringstream text;
+      text << operation << ": the ranks' rows differ (every rank must send rows of one shape):";
+      for (int q = 0; q < size_; ++q) {
+        const Shape& piece = all[q].shape;
+        text << (q ? ";" : "") << " rank " << q << " sends rows of "
+             << shape_str(piece.empty() ? piece : Shape(piece.begin() + 1, piece.end())) << " "
+             << dtype_name(all[q].dtype);
+      }
+      TANDEM_FAIL(text.str());
+    }
   }
   const Device device = xs[0].device();
   if (on_device(all)) {
-    Tensor flat;
-    std::vector<Tensor> pieces;
-    run_device_phase("alltoall", [&] {
-      flat = Tensor({numel}, xs[0].dtype(), transport_device());  // sized by the peers' headers
-      pieces = split_flat(flat, shapes);
+    run_device_phase(operation, [&] {
+      out.flat = Tensor({numel}, xs[0].dtype(), transport_device());  // sized by the peers' headers
+      std::vector<Tensor> pieces = split_flat(out.flat, out.shapes);
       device_alltoall(sends, pieces);
     });
-    return split_flat(flat.to(device), shapes);
+    out.flat = out.flat.to(device);
+    return out;
   }
   bool equal = uniform >= 0 && uniform <= INT_MAX;
   for (const Header& header : all) equal = equal && header.aux == uniform;
   std::vector<int> send_counts(size_), send_displacements(size_), recv_counts(size_), recv_displacements(size_);
   std::size_t send_total = 0, recv_total = 0;
   for (int r = 0; r < size_; ++r) {
-    send_counts[r] = checked_int(xs[r].nbytes(), "alltoall");
-    send_displacements[r] = checked_int(send_total, "alltoall");
+    send_counts[r] = checked_int(xs[r].nbytes(), operation);
+    send_displacements[r] = checked_int(send_total, operation);
     send_total += xs[r].nbytes();
-    recv_counts[r] = checked_int(all[r].payload_bytes, "alltoall");
-    recv_displacements[r] = checked_int(recv_total, "alltoall");
+    recv_counts[r] = checked_int(all[r].payload_bytes, operation);
+    recv_displacements[r] = checked_int(recv_total, operation);
     recv_total += all[r].payload_bytes;
   }
-  checked_int(send_total, "alltoall");
-  checked_int(recv_total, "alltoall");
+  checked_int(send_total, operation);
+  checked_int(recv_total, operation);
   const Packed send = pack(on_host(xs), xs[0].dtype());
   Tensor flat({numel}, xs[0].dtype());
   std::vector<MPI_Request> requests(1);
@@ -518,8 +576,9 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
                              recv_counts.data(), recv_displacements.data(), MPI_BYTE, comm_, &requests[0]),
               "MPI_Ialltoallv");
   }
-  finish_collective(requests, "alltoall", {send.owner, flat.storage()});
-  return split_flat(flat.to(device), shapes);
+  finish_collective(requests, operation, {send.owner, flat.storage()});
+  out.flat = flat.to(device);
+  return out;
 }
 
 Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest,

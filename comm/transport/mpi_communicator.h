@@ -48,6 +48,7 @@ class MpiCommunicator : public Communicator {
   Tensor scatter(const std::vector<Tensor>& xs, int root) override;
   std::vector<Tensor> allgather(const Tensor& x) override;
   std::vector<Tensor> alltoall(const std::vector<Tensor>& xs) override;
+  AlltoallvResult alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts) override;
   Tensor allreduce(const Tensor& x, AllreduceOp op) override;
   Tensor reduce(const Tensor& x, int root) override;
   Tensor reduce_scatter(const std::vector<Tensor>& xs) override;
@@ -183,6 +184,15 @@ class MpiCommunicator : public Communicator {
   // Sends this rank's header for the next collective to every peer (header_for(peer) may vary
   // per peer), receives every peer's, and checks that they describe the same collective.
   // Returns the headers indexed by rank, this rank's own (header_for(rank)) included.
+  // alltoall's exchange: xs[j] (one dtype, one kind) goes to rank j; what arrives, in rank
+  // order, lies back to back in `flat` (on xs[0]'s device), shapes[r] being rank r's piece.
+  // row_shape (alltoallv): every piece must be rows of this shape, on every rank.
+  struct FlatExchange {
+    Tensor flat;
+    std::vector<Shape> shapes;
+  };
+  FlatExchange exchange_pieces(const std::vector<Tensor>& xs, comm_detail::OpKind kind, const char* operation,
+                               const Shape* row_shape);
   std::vector<Header> exchange_headers(const std::function<Header(int peer)>& header_for, bool same_shape);
   Header collective_header(comm_detail::OpKind kind, int root, const Tensor* typed);
   void check_root(int root, const char* operation) const;

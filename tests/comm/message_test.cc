@@ -129,7 +129,8 @@ TEST_CASE("message: inline payload, scalar shape, every dtype and every kind rou
   const OpKind kinds[] = {OpKind::tensor_send, OpKind::fn_send,   OpKind::fn_recv_grad,   OpKind::object_send, OpKind::pipeline,
                           OpKind::barrier,     OpKind::bcast,     OpKind::gather,         OpKind::scatter,
                           OpKind::allgather,   OpKind::alltoall,  OpKind::allreduce,      OpKind::reduce,
-                          OpKind::reduce_scatter, OpKind::object_bcast, OpKind::object_gather, OpKind::split};
+                          OpKind::reduce_scatter, OpKind::object_bcast, OpKind::object_gather, OpKind::split,
+                          OpKind::alltoallv};
   for (OpKind kind : kinds) {
     MessageHeader h;
     h.kind = kind;
