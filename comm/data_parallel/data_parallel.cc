@@ -32,10 +32,10 @@ std::uint64_t params_digest(const std::vector<Entry>& entries) {
   return h.digest();
 }
 
-// Parameters grouped by dtype, in the link's order within each group.
-std::map<DType, std::vector<Entry>> by_dtype(Link& link) {
+// Parameters grouped by dtype, in the given order within each group.
+std::map<DType, std::vector<Entry>> by_dtype(const NamedParams& params) {
   std::map<DType, std::vector<Entry>> groups;
-  for (auto& [name, param] : link.namedparams()) groups[param.dtype()].push_back({name, param});
+  for (const auto& [name, param] : params) groups[param.dtype()].push_back({name, param});
   return groups;
 }
 
@@ -125,8 +125,10 @@ std::string param_str(const Entry& e) {
 
 }  // namespace
 
-void bcast_data(Communicator& comm, Link& link) {
-  for (auto& [dtype, entries] : by_dtype(link)) {
+void bcast_data(Communicator& comm, Link& link) { bcast_data(comm, link.namedparams()); }
+
+void bcast_data(Communicator& comm, const NamedParams& params) {
+  for (auto& [dtype, entries] : by_dtype(params)) {
     const Device device = group_device(entries);
     Tensor flat;
     if (comm.rank() == 0) {
@@ -150,8 +152,12 @@ void bcast_data(Communicator& comm, Link& link) {
 }
 
 void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill) {
+  multi_node_mean_grad(comm, link.namedparams(), zero_fill);
+}
+
+void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool zero_fill, double scale) {
   std::vector<Entry> all;
-  for (auto& [name, param] : link.namedparams()) all.push_back({name, param});
+  for (const auto& [name, param] : params) all.push_back({name, param});
 
   // 1. Agreement, one small collective before any gradient moves: every rank contributes its row
   // of the census (which gradients it has, and its first NaN/Inf under check_finite) and the sum
@@ -241,7 +247,8 @@ void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill) {
       }
     }
     // The census agreed on these lists; the digest checks it again for free.
-    const Tensor mean = comm.allreduce_checked(flat, AllreduceOp::mean, params_digest(entries), "multi_node_mean_grad");
+    Tensor mean = comm.allreduce_checked(flat, AllreduceOp::mean, params_digest(entries), "multi_node_mean_grad");
+    if (scale != 1.0) mean = mul(mean, scale);
     // Each parameter's gradient is a view of the mean, on the parameter's device.
     const std::vector<Tensor> means = slots(mean, entries);
     for (std::size_t i = 0; i < entries.size(); ++i) {

@@ -14,6 +14,12 @@ namespace tandem {
 // dtype.
 void bcast_data(Communicator& comm, Link& link);
 
+// Parameters by path, as Link::namedparams() lists them.
+using NamedParams = std::vector<std::pair<std::string, Variable>>;
+
+// bcast_data of some parameters only (a parameter group: every rank passes the same list).
+void bcast_data(Communicator& comm, const NamedParams& params);
+
 // Averages every parameter's gradient over ranks with one packed allreduce per dtype, after
 // one small collective in which the ranks agree on who has which gradient (and that their
 // parameter lists match). As in ChainerMN, a parameter with a gradient on no rank is skipped
@@ -23,5 +29,8 @@ void bcast_data(Communicator& comm, Link& link);
 // (autograd/check_finite.h) a NaN/Inf gradient is an error on every rank, naming the rank(s)
 // and parameter. Errors come before any gradient changes.
 void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill = false);
+
+// multi_node_mean_grad of some parameters only (a parameter group), the mean multiplied by scale.
+void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool zero_fill, double scale = 1.0);
 
 }  // namespace tandem

@@ -13,9 +13,9 @@ namespace tandem {
 namespace {
 
 // FNV-1a over every parameter's bytes: equal on two ranks when their replicas are equal.
-std::uint64_t values_digest(const Link& target) {
+std::uint64_t values_digest(const NamedParams& params) {
   Fnv1a64 h;
-  for (const auto& [name, param] : target.namedparams()) {
+  for (const auto& [name, param] : params) {
     const Tensor host = param.data().to(Device::cpu());
     h.bytes(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
   }
@@ -23,9 +23,9 @@ std::uint64_t values_digest(const Link& target) {
 }
 
 // Whether every rank's replica is already equal to every other's (one tiny allgather).
-bool replicas_equal(Communicator& comm, const Link& target) {
+bool replicas_equal(Communicator& comm, const NamedParams& params) {
   const std::vector<Tensor> digests =
-      comm.allgather(from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(values_digest(target))}));
+      comm.allgather(from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(values_digest(params))}));
   for (const Tensor& d : digests)
     if (d.to_vector<std::int64_t>() != digests[0].to_vector<std::int64_t>()) return false;
   return true;
@@ -42,7 +42,7 @@ class MultiNodeGradientSync final : public GradientSync {
       known_ = std::move(now);
       // Replicas that already agree (the same seed, or resumed from the same snapshot) need no
       // broadcast, and their gradients are valid: go on to update, so a resumed run loses no step.
-      if (!replicas_equal(*comm_, target)) {
+      if (!replicas_equal(*comm_, target.namedparams())) {
         bcast_data(*comm_, target);
         return false;
       }
@@ -57,7 +57,85 @@ class MultiNodeGradientSync final : public GradientSync {
   std::vector<std::pair<std::string, Shape>> known_;
 };
 
+// The same, group by group.
+class GroupedGradientSync final : public GradientSync {
+ public:
+  explicit GroupedGradientSync(std::vector<ParameterGroup> groups) : groups_(std::move(groups)) {}
+
+  bool before_update(Link& target) override {
+    const std::vector<NamedParams> split = split_by_group(target);
+    std::vector<std::pair<std::string, Shape>> now;
+    for (const auto& [name, param] : target.namedparams()) now.emplace_back(name, param.shape());
+    if (now != known_) {
+      known_ = std::move(now);
+      // Every group is checked on every rank (each check is a collective of its group), and the
+      // update goes ahead only where all replicas already agreed.
+      bool all_equal = true;
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        if (replicas_equal(*groups_[g].comm, split[g])) continue;
+        bcast_data(*groups_[g].comm, split[g]);
+        all_equal = false;
+      }
+      // The groups' verdicts may differ between ranks of different groups; the update must not.
+      if (!agree_everywhere(all_equal)) return false;
+    }
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      multi_node_mean_grad(*groups_[g].comm, split[g], groups_[g].zero_fill, groups_[g].grad_scale);
+    return true;
+  }
+
+ private:
+  std::vector<NamedParams> split_by_group(Link& target) const {
+    std::vector<NamedParams> split(groups_.size());
+    for (const auto& [name, param] : target.namedparams()) {
+      std::vector<std::size_t> in;
+      for (std::size_t g = 0; g < groups_.size(); ++g)
+        if (groups_[g].contains(name)) in.push_back(g);
+      TANDEM_CHECK(in.size() == 1, "create_multi_node_optimizer: parameter '", name, "' belongs to ",
+                   in.empty() ? std::string("no group") : detail::concat(in.size(), " groups (", groups_[in[0]].name,
+                                                                        " and ", groups_[in[1]].name, ")"),
+                   "; every parameter must belong to exactly one of the groups (", group_names(), ")");
+      split[in[0]].emplace_back(name, param);
+    }
+    return split;
+  }
+
+  std::string group_names() const {
+    std::string names;
+    for (std::size_t g = 0; g < groups_.size(); ++g) names += (g ? ", " : "") + groups_[g].name;
+    return names;
+  }
+
+  // Whether `mine` holds on every rank of every group (the groups together span the job).
+  bool agree_everywhere(bool mine) const {
+    bool all = mine;
+    for (const ParameterGroup& group : groups_) {
+      const Tensor votes = group.comm->allreduce(full({1}, all ? 0.0 : 1.0, DType::f64));
+      all = votes.to_vector<double>()[0] == 0.0;
+    }
+    // Once more over the first group, so that a "no" found in a later group reaches its ranks.
+    const Tensor votes = groups_.front().comm->allreduce(full({1}, all ? 0.0 : 1.0, DType::f64));
+    return votes.to_vector<double>()[0] == 0.0;
+  }
+
+  std::vector<ParameterGroup> groups_;
+  std::vector<std::pair<std::string, Shape>> known_;
+};
+
 }  // namespace
+
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer,
+                                                       std::vector<ParameterGroup> groups) {
+  TANDEM_CHECK(optimizer, "create_multi_node_optimizer: an optimizer is required");
+  TANDEM_CHECK(!groups.empty(), "create_multi_node_optimizer: no parameter groups");
+  for (const ParameterGroup& group : groups)
+    TANDEM_CHECK(group.comm && group.contains, "create_multi_node_optimizer: group '", group.name,
+                 "' needs a communicator and a contains() test");
+  TANDEM_CHECK(!optimizer->gradient_sync(), "create_multi_node_optimizer: this ", optimizer->type_name(),
+               " already has a gradient sync (wrapped twice?)");
+  optimizer->set_gradient_sync(std::make_shared<GroupedGradientSync>(std::move(groups)));
+  return optimizer;
+}
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
                                                        bool zero_fill) {

@@ -12,6 +12,10 @@
 // only counts as zeros there with zero_fill, and is an error on every rank otherwise.
 #pragma once
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "comm/transport/communicator.h"
 #include "layers/optimizers/optimizer.h"
 
@@ -19,5 +23,23 @@ namespace tandem {
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
                                                        bool zero_fill = false);
+
+// Parameters that live on different sets of ranks: each group's parameters are replicated over
+// the ranks of its communicator only (a mixture of experts: the shared parameters over every
+// rank, each expert over the ranks that hold the same experts; see moe_parameter_groups).
+struct ParameterGroup {
+  std::string name;                                     // for errors: "experts"
+  CommunicatorPtr comm;                                 // the ranks that hold replicas of them
+  std::function<bool(const std::string& path)> contains;  // which parameters, by path
+  double grad_scale = 1.0;                              // the mean over comm is multiplied by it
+  bool zero_fill = false;                               // as create_multi_node_optimizer's
+};
+
+// create_multi_node_optimizer over parameter groups: each group is checked, broadcast (from
+// its communicator's rank 0) and averaged over its own communicator, in the order given (every
+// rank must pass groups of the same names in the same order). Every parameter must belong to
+// exactly one group; one in none or in two is an error naming it and the groups.
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer,
+                                                       std::vector<ParameterGroup> groups);
 
 }  // namespace tandem
