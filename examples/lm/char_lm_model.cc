@@ -6,12 +6,14 @@
 #include "autograd/functions.h"
 #include "comm/functions/parallel_region.h"
 #include "comm/functions/vocab_parallel_cross_entropy.h"
+#include "comm/links/mixture_of_experts.h"
 #include "comm/links/parallel_transformer.h"
 #include "comm/links/vocab_parallel_embedding.h"
 #include "layers/initializers.h"
 #include "layers/links/embed_id.h"
 #include "layers/links/layer_normalization.h"
 #include "layers/links/linear.h"
+#include "layers/links/multi_head_attention.h"
 #include "layers/links/positional_embedding.h"
 #include "layers/links/transformer.h"
 
@@ -58,8 +60,13 @@ CharLMStage::CharLMStage(const CharLMConfig& config, int stage, int stages, Comm
     options.heads = config.heads;
     options.mlp_ratio = config.mlp_ratio;
     options.linear.initialW = initializers::seeded(layer_seed(config, b), initializers::lecun_normal());
-    LinkPtr block = tensor_group_ ? LinkPtr(make_parallel_transformer_block(tensor_group_, config.dim, options))
-                                  : LinkPtr(std::make_shared<TransformerBlock>(config.dim, options));
+    LinkPtr block;
+    if (config.experts > 0) {
+      block = std::make_shared<TransformerBlock>(config.dim, make_attention(options), make_experts(b), options.eps);
+    } else {
+      block = tensor_group_ ? LinkPtr(make_parallel_transformer_block(tensor_group_, config.dim, options))
+                            : LinkPtr(std::make_shared<TransformerBlock>(config.dim, options));
+    }
     add_child("block" + std::to_string(b), block);
     blocks_.push_back(block);
   }
@@ -73,6 +80,32 @@ CharLMStage::CharLMStage(const CharLMConfig& config, int stage, int stages, Comm
                           : LinkPtr(std::make_shared<Linear>(config.dim, config.vocabulary, options));
     add_child("head", head_);
   }
+}
+
+LinkPtr CharLMStage::make_attention(const TransformerBlockOptions& options) const {
+  if (tensor_group_)
+    return std::make_shared<ParallelSelfAttention>(tensor_group_, config_.dim, options.heads, options.causal,
+                                                   options.linear);
+  return std::make_shared<MultiHeadSelfAttention>(config_.dim, options.heads, options.causal, options.linear);
+}
+
+// Block b's experts and router draw from streams of their own, after every dense layer's, so
+// an expert is the same whatever rank holds it.
+LinkPtr CharLMStage::make_experts(int b) const {
+  const CharLMConfig& c = config_;
+  const std::int64_t first = c.layers + 3 + static_cast<std::int64_t>(b) * (c.experts + 1);
+  MoEOptions options;
+  options.experts = c.experts;
+  options.top_k = c.top_k;
+  options.capacity_factor = c.capacity_factor;
+  options.load_balance_coef = c.load_balance_coef;
+  options.z_loss_coef = c.z_loss_coef;
+  options.router.initialW = initializers::seeded(layer_seed(c, first + c.experts), initializers::lecun_normal());
+  return std::make_shared<MixtureOfExperts>(c.expert_group, c.dim, options, [&](std::int64_t e) -> LinkPtr {
+    LinearOptions linear;
+    linear.initialW = initializers::seeded(layer_seed(c, first + e), initializers::lecun_normal());
+    return std::make_shared<TransformerMLP>(c.dim, c.mlp_ratio * c.dim, linear);
+  });
 }
 
 void CharLMStage::sample_next(double temperature, Generator* generator) {
@@ -106,11 +139,17 @@ Variables CharLMStage::forward_many(const Variables& xs) {
                targets.description(), " must be [B, T] as the sequence ", h.description());
   const Variable rows = F::reshape(h, {-1, config_.dim});
   const Variable t = F::reshape(targets, {-1});
-  const Variable loss = tensor_group_ ? F::vocab_parallel_softmax_cross_entropy(*tensor_group_, logits(rows), t)
-                                      : F::softmax_cross_entropy(logits(rows), t);
+  Variable loss = tensor_group_ ? F::vocab_parallel_softmax_cross_entropy(*tensor_group_, logits(rows), t)
+                                : F::softmax_cross_entropy(logits(rows), t);
   const double value = loss.data().to(DType::f64).to_vector<double>()[0];
   observation_["loss"] = value;
   observation_["bpc"] = value / std::log(2.0);
+  if (config_.experts > 0) {
+    const Variable aux = moe_aux_loss(*this);
+    if (aux.defined()) loss = F::add(loss, aux);
+    for (const auto& [key, sum] : moe_observation(*this))
+      observation_[key] = key == "moe/dropped" ? sum : sum / static_cast<double>(blocks_.size());
+  }
   return {loss};
 }
 

@@ -14,7 +14,10 @@
 //
 // forward_many: stage 0 takes ids i32 [B, T]; other stages the previous stage's h [B, T, dim];
 // the last stage also the targets i32 [B, T] and returns the mean loss over the B x T
-// characters. observation(): "loss" and "bpc" (bits per character, loss / ln 2), or, after a
+// characters (plus the experts' auxiliary losses, when set). observation(): "loss" and "bpc"
+// (bits per character of the cross-entropy alone, / ln 2); with experts, "moe/dropped" (summed
+// over the stage's layers), "moe/max_load", "moe/load_balance", "moe/z_loss" (averaged over
+// them); or, after a
 // forward in sampling mode, "next": the character drawn for the position after the last of the
 // first sequence (a pipeline carries the observation to every rank).
 #pragma once
@@ -26,6 +29,7 @@
 #include "comm/transport/communicator.h"
 #include "core/random.h"
 #include "layers/link.h"
+#include "layers/links/transformer.h"
 
 namespace tandem::examples {
 
@@ -37,6 +41,16 @@ struct CharLMConfig {
   std::int64_t layers = 4;      // transformer blocks
   std::int64_t mlp_ratio = 4;
   std::uint64_t seed = 0;
+  // Mixture of experts (comm/links/mixture_of_experts.h): with experts > 0, every block's MLP is
+  // a MixtureOfExperts of that many MLPs (each as wide as the dense one, so top_k = 1 has the
+  // dense model's active size), spread over expert_group (null: all on this rank). The last
+  // stage adds its layers' auxiliary losses to the loss.
+  std::int64_t experts = 0;
+  int top_k = 1;
+  double capacity_factor = 0;  // 0: dropless
+  double load_balance_coef = 0;
+  double z_loss_coef = 0;
+  CommunicatorPtr expert_group;
 };
 
 class CharLMStage : public Chain {
@@ -61,6 +75,8 @@ class CharLMStage : public Chain {
  private:
   Variable logits(const Variable& rows);  // [N, dim] -> [N, V] (this rank's share under tensor parallelism)
   Variable draw_next(const Variable& h);
+  LinkPtr make_attention(const TransformerBlockOptions& options) const;
+  LinkPtr make_experts(int block) const;
 
   CharLMConfig config_;
   int stage_, stages_, first_block_ = 0;

@@ -17,7 +17,11 @@
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --pp 2 --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/lm/train_char_lm --tp 2 --pp 2 --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm       # 2 data-parallel replicas
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --experts 8   # 4 experts per rank
 //
+// --experts E makes every block's MLP a mixture of E experts (comm/links/mixture_of_experts.h),
+// spread over groups of --expert-parallel data replicas (default: all of them); the shared
+// parameters are averaged over the replicas, each expert over the replicas that hold it.
 // Rank 0 prints the corpus (and its unigram baseline in bits per character), a progress bar and
 // a row per --eval-interval iterations (training and validation loss and bits per character),
 // then the loss on the whole validation text and a --sample-length sample from the trained
@@ -28,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/links/mixture_of_experts.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
@@ -97,6 +102,12 @@ int main(int argc, char** argv) {
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
   flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved");
   flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
+  flags.add_int("experts", 0, "mixture of experts: every block's MLP becomes this many MLPs (0: dense)");
+  flags.add_int("top-k", 1, "experts per character (1 or 2)");
+  flags.add_double("capacity-factor", 0, "expert capacity per rank as a multiple of the even share (0: dropless)");
+  flags.add_double("load-balance", 0.01, "weight of the experts' load-balancing loss");
+  flags.add_double("z-loss", 0.001, "weight of the router z-loss");
+  flags.add_int("expert-parallel", 0, "ranks per expert-parallel group, within the data-parallel replicas (0: all)");
   flags.add_int("eval-interval", 100, "iterations between validation runs and log entries");
   flags.add_int("val-examples", 256, "validation sequences evaluated every --eval-interval (0: all)");
   flags.add_int("snapshot-interval", 500, "iterations between snapshots");
@@ -112,7 +123,7 @@ int main(int argc, char** argv) {
   const int status = examples::parse_command_line(
       flags, argc, argv, kProgram,
       {"context", "dim", "heads", "layers", "batchsize", "iterations", "tp", "pp", "microbatches", "stages-per-rank",
-       "eval-interval", "snapshot-interval"});
+       "eval-interval", "snapshot-interval", "top-k"});
   if (status >= 0) return status;
   auto world = create_communicator("naive");
   const int rank = world->rank();
@@ -137,6 +148,19 @@ int main(int argc, char** argv) {
   config.heads = flags.get_int("heads");
   config.layers = flags.get_int("layers");
   config.seed = seed;
+  config.experts = flags.get_int("experts");
+  config.top_k = static_cast<int>(flags.get_int("top-k"));
+  config.capacity_factor = flags.get_double("capacity-factor");
+  config.load_balance_coef = flags.get_double("load-balance");
+  config.z_loss_coef = flags.get_double("z-loss");
+  const long long ep = flags.get_int("expert-parallel") > 0 ? flags.get_int("expert-parallel") : dp;
+  if (config.experts > 0) {
+    TANDEM_CHECK(dp % ep == 0 && config.experts % ep == 0, kProgram, ": --expert-parallel ", ep,
+                 " must divide the ", dp, " data-parallel replica(s) and the ", config.experts, " --experts");
+    TANDEM_CHECK(pp == 1 || (config.load_balance_coef == 0 && config.z_loss_coef == 0), kProgram,
+                 ": the experts' auxiliary losses reach the loss on the last pipeline stage only; with --pp ", pp,
+                 " pass --load-balance 0 --z-loss 0");
+  }
   const long long stages = pp * per_rank;
   TANDEM_CHECK(config.layers >= stages, kProgram, ": --layers ", config.layers, " cannot fill ", stages,
                " pipeline stages: every stage needs a block");
@@ -146,6 +170,13 @@ int main(int argc, char** argv) {
   const Device device = examples::training_device(flags, kProgram, world->intra_rank());
   world->set_device(device);
   const pipeline::ParallelLayout layout = pipeline::make_parallel_layout(world, static_cast<int>(tp), static_cast<int>(pp));
+  // Experts over groups of --expert-parallel data replicas (the ranks that hold the same stage
+  // and tensor share): each group holds every expert once.
+  ExpertLayout experts;
+  if (config.experts > 0) {
+    experts = make_expert_layout(layout.data, static_cast<int>(ep));
+    config.expert_group = experts.expert_parallel;
+  }
   const pipeline::Schedule schedule = pipeline::schedule_by_name(
       flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
   std::vector<LinkPtr> my_stages = examples::make_char_lm_stages(
@@ -154,7 +185,11 @@ int main(int argc, char** argv) {
   auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule, my_stages);
 
   std::shared_ptr<Optimizer> optimizer = std::make_shared<Adam>(flags.get_double("lr"));
-  if (dp > 1) optimizer = create_multi_node_optimizer(optimizer, layout.data);
+  if (dp > 1 && config.experts > 0) {
+    optimizer = create_multi_node_optimizer(optimizer, moe_parameter_groups(*pipe, layout.data, experts));
+  } else if (dp > 1) {
+    optimizer = create_multi_node_optimizer(optimizer, layout.data);
+  }
   optimizer->setup(pipe);
   // Every rank iterates the same global batches; each replica computes its rows.
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed);
@@ -179,14 +214,24 @@ int main(int argc, char** argv) {
                 static_cast<long long>(config.layers), static_cast<long long>(config.dim),
                 static_cast<long long>(config.heads), static_cast<long long>(config.context), parameters, world->size(),
                 tp, pp, dp, schedule.describe().c_str(), batchsize, iterations, flags.get_double("lr"));
+    if (config.experts > 0) {
+      char mode[64] = "dropless";
+      if (config.capacity_factor > 0) std::snprintf(mode, sizeof mode, "capacity factor %g", config.capacity_factor);
+      std::printf("experts: %lld per block, top-%d, %s, over groups of %lld rank(s) (%lld per rank); "
+                  "load-balancing loss x %g, z-loss x %g\n",
+                  static_cast<long long>(config.experts), config.top_k, mode, ep,
+                  static_cast<long long>(config.experts / ep), config.load_balance_coef, config.z_loss_coef);
+    }
     std::fflush(stdout);
     corpus.vocabulary.write(flags.get_string("out") + "/vocabulary.txt");
     auto log = std::make_shared<LogReport>(Trigger::iterations(eval_interval));
     trainer.extend(log);
-    trainer.extend(std::make_shared<PrintReport>(
-        log, std::vector<std::string>{"iteration", "main/loss", "main/bpc", "validation/main/loss",
-                                      "validation/main/bpc", "elapsed_time"}),
-                   Trigger::iterations(eval_interval));
+    std::vector<std::string> columns = {"iteration", "main/loss", "main/bpc", "validation/main/loss",
+                                        "validation/main/bpc"};
+    if (config.experts > 0) columns.push_back("main/moe/max_load");
+    if (config.capacity_factor > 0) columns.push_back("main/moe/dropped");
+    columns.push_back("elapsed_time");
+    trainer.extend(std::make_shared<PrintReport>(log, columns), Trigger::iterations(eval_interval));
     if (flags.get_int("progress") != 0) trainer.extend(std::make_shared<ProgressBar>(10));
   }
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::iterations(flags.get_int("snapshot-interval")));

@@ -2,8 +2,8 @@
 # train_char_lm end to end on the real fortunes text at a reduced size: the first 20 steps' losses
 # (and validation losses) at tp=2, pp=2 (1F1B and interleaved), dp=2 and tp=2 x pp=2 equal the
 # 1-rank run's within f32 rounding; the loss falls below the unigram baseline's; a resumed run
-# continues as the uninterrupted one; rank 0 alone prints, a sample is printed; misuse is a
-# one-line error.
+# continues as the uninterrupted one; rank 0 alone prints, a sample is printed; the mixture of
+# experts over 2 ranks against 1; misuse is a one-line error.
 set -uo pipefail
 bin="examples/lm/train_char_lm"
 export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
@@ -75,6 +75,31 @@ for a, b in zip(one[10:], resumed[10:]):
 print("resumed at 10: steps 11-20 as the uninterrupted run")
 PY
 
+# Mixture of experts (4 per block): 2 ranks holding 2 experts each compute what 1 rank holding all
+# 4 does. Routing is a discrete choice on f32 router scores, so once a token near a tie flips to
+# another expert (here after step 5) the runs part by ~1e-3; until then they agree to rounding.
+moe=(--experts 4 --load-balance 0 --z-loss 0)
+run moe_one 1 --iterations 20 "${moe[@]}"
+run moe_two 2 --iterations 20 "${moe[@]}"
+grep -q "experts: 4 per block, top-1, dropless, over groups of 2 rank(s) (2 per rank)" "$t/moe_two.txt" \
+  || { cat "$t/moe_two.txt"; fail "moe header"; }
+# Top-2 with a capacity and the auxiliary losses on: it learns, and the log has the dropped count.
+run moe_capacity 2 --iterations 20 --experts 4 --top-k 2 --capacity-factor 1
+/usr/bin/python3 - "$t" <<'PY' || fail "the mixture-of-experts runs"
+import json, sys
+t = sys.argv[1]
+one, two = json.load(open(f"{t}/moe_one/log")), json.load(open(f"{t}/moe_two/log"))
+for a, b in zip(one[:5], two[:5]):
+    assert abs(a["main/loss"] - b["main/loss"]) <= 2e-5 * a["main/loss"], (a, b)
+for a, b in zip(one, two):
+    assert abs(a["main/loss"] - b["main/loss"]) <= 1e-2 * a["main/loss"], (a, b)
+cap = json.load(open(f"{t}/moe_capacity/log"))
+assert cap[-1]["validation/main/bpc"] < cap[0]["validation/main/bpc"] - 1.0, (cap[0], cap[-1])
+assert all("main/moe/dropped" in e and "main/moe/load_balance" in e and "main/moe/z_loss" in e for e in cap), cap[0]
+assert any(e["main/moe/dropped"] > 0 for e in cap), [e["main/moe/dropped"] for e in cap]
+print("experts: 2 ranks equal 1 for 5 steps; capacity mode learns and reports its drops")
+PY
+
 # Misuse: one line naming the problem, every rank exits non-zero.
 expect_error() {
   local n="$1" want="$2"; shift 2
@@ -84,5 +109,7 @@ expect_error() {
 }
 expect_error 2 "tp 3 x --pp 1 must divide the 2 rank(s)" --tp 3
 expect_error 2 "3 heads do not split evenly over the 2 ranks" --tp 2 --heads 3 --dim 30
+expect_error 2 "--expert-parallel 2 must divide the 2 data-parallel replica(s) and the 3 --experts" --experts 3
+expect_error 2 "with --pp 2 pass --load-balance 0 --z-loss 0" --experts 2 --pp 2
 expect_error 2 "cannot fill 8 pipeline stages" --pp 2 --schedule interleaved --stages-per-rank 4 --microbatches 2
 echo "PASS"
