@@ -19,6 +19,7 @@
 
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
+#include "bench/mpi_timing.h"
 #include "comm/links/tensor_parallel_linear.h"
 #include "comm/transport/communicator.h"
 #include "core/ops.h"
@@ -62,20 +63,6 @@ void single(int threads) {
   std::fflush(stdout);
 }
 
-// warmup + iters calls of step, each after a barrier; the max over ranks, median.
-bench::Stats timed_steps(const std::function<void()>& step) {
-  std::vector<double> t;
-  for (int i = 0; i < warmup() + iters(); ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    step();
-    if (i >= warmup()) t.push_back((MPI_Wtime() - t0) * 1e3);
-  }
-  std::vector<double> tmax(t.size());
-  MPI_Allreduce(t.data(), tmax.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return bench::summarize(std::move(tmax));
-}
-
 void tensor_parallel(const CommunicatorPtr& comm) {
   bench::set_threads(1);
   manual_seed(1);
@@ -86,14 +73,14 @@ void tensor_parallel(const CommunicatorPtr& comm) {
   opt.setup(block);
   Generator gen(2);
   const Tensor x = randn({B, D}, gen), w = randn({B, D}, gen);
-  const bench::Stats s = timed_steps([&] {
+  const bench::Stats s = bench::timed_steps(warmup(), iters(), [&] {
     block->cleargrads();
     F::sum(F::mul((*fc2)(F::tanh((*fc1)(Variable(x)))), Variable(w))).backward();
     opt.update();
   });
   // What the block's two allreduces cost by themselves.
   const Tensor message = randn({B, D}, gen);
-  const bench::Stats a = timed_steps([&] {
+  const bench::Stats a = bench::timed_steps(warmup(), iters(), [&] {
     comm->allreduce(message, AllreduceOp::sum);
     comm->allreduce(message, AllreduceOp::sum);
   });

@@ -10,7 +10,8 @@
 #                                            (mlp_parallel_bench), pp (pipeline_bench), tp
 #                                            (tensor_parallel_bench), lm (lm_bench, the GPT-style LM
 #                                            in one process and over 2 ranks; its anchor is
-#                                            bench/libtorch_lm.sh, not in ../shared/bench).
+#                                            bench/libtorch_lm.sh, not in ../shared/bench), moe
+#                                            (moe_bench: experts over 2 ranks, alltoallv vs MPI).
 #                                            The anchors follow unless ONLY is set.
 #   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
 #                                            ONLY= (set, empty) runs every anchor, gloo included)
@@ -59,6 +60,7 @@ if [[ -n "${BENCH_ONLY:-}" ]]; then
       tensor_parallel | tensor_parallel_bench) WORDS+=" tp" ;;
       gemm_bench) WORDS+=" gemm" ;;
       lm_bench) WORDS+=" lm" ;;
+      moe_bench) WORDS+=" moe" ;;
       *) WORDS+=" $w" ;;
     esac
   done
@@ -208,6 +210,9 @@ run_tandem_all() {
   # over 2 ranks x 1 thread: tensor parallel, 1F1B pipelines, data parallel.
   wants lm && run_tandem lm_single "$BIN/bench/lm_bench"
   wants lm && run_tandem lm env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/lm_bench"
+  # A mixture of experts in one process (t1, t2), then its experts over 2 ranks x 1 thread.
+  wants moe && run_tandem moe_single "$BIN/bench/moe_bench"
+  wants moe && run_tandem moe env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/moe_bench"
   grep '^name=tandem\.' "$RAW" > "$TANDEM" || true
   echo "# tandem total_s=$((SECONDS - T0)) lines=$(wc -l < "$TANDEM")" | tee -a "$RAW" >&2
 }
@@ -322,6 +327,16 @@ END {
   n = split("lm.train.adam.tp2 lm.train.adam.pp2.m4 lm.train.adam.pp2.m8 lm.train.adam.dp2", ids, " ")
   for (i = 1; i <= n; i++)
     row(ids[i], "one process, 1 thread", tandem[ids[i]], tandem["lm.train.adam.t1"], 0.65, 0, "")
+  # Mixture of experts (bench/moe_bench.cc): the dispatch alltoallv against raw MPI_Alltoallv of
+  # the same bytes in the same run, and the 2-rank step against one process at 1 thread.
+  n = split("balanced skewed", routings, " ")
+  for (i = 1; i <= n; i++)
+    row("moe.alltoallv." routings[i], "raw MPI, same run", tandem["moe.alltoallv." routings[i]],
+        same["mpi.moe.alltoallv." routings[i]], 1.05, 0, "")
+  n = split("dropless.balanced dropless.skewed cf1.25.balanced cf1.25.skewed", modes, " ")
+  for (i = 1; i <= n; i++)
+    row("moe.train.ep2." modes[i], "one process, 1 thread", tandem["moe.train.ep2." modes[i]],
+        tandem["moe.train.single.t1." modes[i]], 0.65, 0, "")
   printf "\n%d PASS, %d MISS, %d n/a (not measured in this run, or no reference)\n", pass, miss, na
 }' "$ANCHOR_SUMMARY" "$RAW" | tee "$OUT/targets.md"
 }
