@@ -107,6 +107,11 @@ std::vector<FunctionCase> function_cases() {
   c.push_back({"multi_head_self_attention (qkv packed per head), causal", [](const Variables& v) -> Variables {
                  return {F::multi_head_self_attention(v[0], 2, true)};
                }, {f64({2, 5, 2 * 3 * 4}, 47)}});
+  // ---- rows by index (a mixture of experts' dispatch and combine) ----
+  c.push_back({"select_rows and scatter_add_rows, repeated and missing ids", [](const Variables& v) -> Variables {
+                 const Tensor ids = from_vector<std::int64_t>({3, 0, 3, 1, 3}).to(v[0].device());
+                 return {F::select_rows(v[0], ids), F::scatter_add_rows(v[1], ids, 4)};
+               }, {f64({4, 3}, 48), f64({5, 3}, 49)}});
   // ---- reductions ----
   c.push_back({"sum and mean over axes", [](const Variables& v) -> Variables {
                  return {F::sum(v[0]), F::sum(v[0], {1}), F::mean(v[0], {0, 2}, true), F::mean(v[0], {-1})};
