@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
@@ -19,17 +20,32 @@ class BackwardEngine {
   void run(const Variables& outputs, const std::vector<Tensor>& seeds) {
     TANDEM_CHECK(outputs.size() == seeds.size(), "backward: ", outputs.size(), " outputs but ", seeds.size(), " seeds");
     for (std::size_t i = 0; i < outputs.size(); ++i) seed(outputs[i], seeds[i]);
+    observers_ = backward_observers();
+    if (!observers_.empty()) {
+      count_leaf_uses(outputs);
+      for (BackwardObserver* observer : observers_) observer->backward_started();
+    }
     // Gradients are plain tensors; nothing done by the functions' backward is recorded.
     NoGradGuard no_grad;
     while (!queue_.empty()) {
       std::shared_ptr<FunctionNode> function = queue_.top();
       queue_.pop();
       run_node(*function);
+      if (!observers_.empty()) {
+        release_final_leaves(*function);
+        for (BackwardObserver* observer : observers_) observer->function_done();
+      }
     }
     deliver_leaf_gradients();
+    for (BackwardObserver* observer : observers_) observer->backward_finished();
   }
 
  private:
+  struct Gradient {
+    std::shared_ptr<VariableNode> node;  // keeps the key alive until delivered
+    Tensor value;
+  };
+
   struct LaterFirst {
     bool operator()(const std::shared_ptr<FunctionNode>& a, const std::shared_ptr<FunctionNode>& b) const {
       return a->sequence_number() < b->sequence_number();
@@ -134,41 +150,85 @@ class BackwardEngine {
     }
   }
 
+  // For the observers: how many of the functions this backward will run take each leaf that
+  // requires a gradient (the same walk as schedule(), ahead of time), so that the leaf's
+  // gradient is known final when the last of them has run.
+  void count_leaf_uses(const Variables& outputs) {
+    std::vector<FunctionNode*> stack;
+    std::unordered_set<const FunctionNode*> seen;
+    for (const Variable& output : outputs)
+      if (const auto& creator = output.node()->creator; creator && seen.insert(creator.get()).second)
+        stack.push_back(creator.get());
+    while (!stack.empty()) {
+      FunctionNode* function = stack.back();
+      stack.pop_back();
+      for (const std::shared_ptr<VariableNode>& input : function->inputs()) {
+        if (!input->requires_grad) continue;
+        if (!input->creator) {
+          ++leaf_uses_[input.get()];
+        } else if (seen.insert(input->creator.get()).second) {
+          stack.push_back(input->creator.get());
+        }
+      }
+    }
+  }
+
+  // After `function` ran: its leaves whose last user it was get their gradient now, and the
+  // observers hear of it.
+  void release_final_leaves(const FunctionNode& function) {
+    for (const std::shared_ptr<VariableNode>& input : function.inputs()) {
+      if (!input->requires_grad || input->creator) continue;
+      auto uses = leaf_uses_.find(input.get());
+      if (uses == leaf_uses_.end() || --uses->second > 0) continue;
+      leaf_uses_.erase(uses);
+      auto it = gradients_.find(input.get());
+      if (it != gradients_.end()) {
+        deliver(it->second);
+        gradients_.erase(it);
+      }
+      for (BackwardObserver* observer : observers_) observer->leaf_final(*input);
+    }
+  }
+
   // Whatever remains belongs to leaves (or to variables whose creator had nothing to do).
   void deliver_leaf_gradients() {
     for (auto& entry : gradients_) {
       Gradient& g = entry.second;
       if (g.node->creator) continue;
-      std::shared_ptr<VariableImpl> variable = g.node->variable.lock();
-      if (!variable) continue;
-      if (variable->grad.defined()) {
-        // Accumulate in place when nothing else holds the gradient's memory (a user's copy of
-        // grad() keeps its value): microbatches and pipeline steps accumulate into every
-        // weight's gradient many times a step, and a new tensor each time cost a fresh
-        // allocation and a third pass over memory.
-        if (variable->grad.storage().use_count() == 1 && variable->grad.shape() == g.value.shape() &&
-            variable->grad.dtype() == g.value.dtype() && variable->grad.device() == g.value.device()) {
-          add_(variable->grad, g.value);
-        } else {
-          variable->grad = add(variable->grad, g.value);
-        }
-      } else {
-        // The user (an optimizer) may update a gradient in place; never hand out a tensor that
-        // something else still shares.
-        variable->grad = g.value.storage().use_count() > 1 ? g.value.clone() : g.value;
-      }
+      deliver(g);
+      for (BackwardObserver* observer : observers_) observer->leaf_final(*g.node);
     }
   }
 
-  struct Gradient {
-    std::shared_ptr<VariableNode> node;  // keeps the key alive until delivered
-    Tensor value;
-  };
+  // A leaf's gradient to its variable: added to what is there, or handed over.
+  static void deliver(Gradient& g) {
+    std::shared_ptr<VariableImpl> variable = g.node->variable.lock();
+    if (!variable) return;
+    if (variable->grad.defined()) {
+      // Accumulate in place when nothing else holds the gradient's memory (a user's copy of
+      // grad() keeps its value): microbatches and pipeline steps accumulate into every
+      // weight's gradient many times a step, and a new tensor each time cost a fresh
+      // allocation and a third pass over memory.
+      if (variable->grad.storage().use_count() == 1 && variable->grad.shape() == g.value.shape() &&
+          variable->grad.dtype() == g.value.dtype() && variable->grad.device() == g.value.device()) {
+        add_(variable->grad, g.value);
+      } else {
+        variable->grad = add(variable->grad, g.value);
+      }
+    } else {
+      // The user (an optimizer) may update a gradient in place; never hand out a tensor that
+      // something else still shares.
+      variable->grad = g.value.storage().use_count() > 1 ? g.value.clone() : g.value;
+    }
+  }
 
   BackwardOptions options_;
   std::priority_queue<std::shared_ptr<FunctionNode>, std::vector<std::shared_ptr<FunctionNode>>, LaterFirst> queue_;
   std::unordered_set<const FunctionNode*> scheduled_;
   std::unordered_map<const VariableNode*, Gradient> gradients_;
+  // With observers only: the observers, and the functions still to run per leaf.
+  std::vector<BackwardObserver*> observers_;
+  std::unordered_map<const VariableNode*, int> leaf_uses_;
 };
 
 void backward(const Variables& outputs, const std::vector<Tensor>& seeds, const BackwardOptions& options) {

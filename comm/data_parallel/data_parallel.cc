@@ -97,8 +97,17 @@ class GradientCensus {
   Tensor rows_;
 };
 
+// A parameter as every rank can name it: "'l2/W' (f64[2, 4])" (no device: ranks' devices differ).
+std::string param_str(const Entry& e) {
+  return detail::concat("'", e.name, "' (", dtype_name(e.param.dtype()), shape_str(e.param.shape()), ")");
+}
+
+}  // namespace
+
+using dp_detail::ranks_str;
+
 // "rank 1", "ranks 1 and 2", "ranks 0, 2-5 and 7" (runs of three or more as ranges).
-std::string ranks_str(const std::vector<int>& ranks) {
+std::string dp_detail::ranks_str(const std::vector<int>& ranks) {
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < ranks.size();) {
     std::size_t j = i;
@@ -118,12 +127,23 @@ std::string ranks_str(const std::vector<int>& ranks) {
   return out;
 }
 
-// A parameter as every rank can name it: "'l2/W' (f64[2, 4])" (no device: ranks' devices differ).
-std::string param_str(const Entry& e) {
-  return detail::concat("'", e.name, "' (", dtype_name(e.param.dtype()), shape_str(e.param.shape()), ")");
+// FNV-1a over every parameter's bytes: equal on two ranks when their replicas are equal.
+static std::uint64_t values_digest(const NamedParams& params) {
+  Fnv1a64 h;
+  for (const auto& [name, param] : params) {
+    const Tensor host = param.data().to(Device::cpu());
+    h.bytes(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
+  }
+  return h.digest();
 }
 
-}  // namespace
+bool replicas_equal(Communicator& comm, const NamedParams& params) {
+  const std::vector<Tensor> digests =
+      comm.allgather(from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(values_digest(params))}));
+  for (const Tensor& d : digests)
+    if (d.to_vector<std::int64_t>() != digests[0].to_vector<std::int64_t>()) return false;
+  return true;
+}
 
 void bcast_data(Communicator& comm, Link& link) { bcast_data(comm, link.namedparams()); }
 

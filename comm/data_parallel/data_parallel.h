@@ -20,6 +20,15 @@ using NamedParams = std::vector<std::pair<std::string, Variable>>;
 // bcast_data of some parameters only (a parameter group: every rank passes the same list).
 void bcast_data(Communicator& comm, const NamedParams& params);
 
+// Whether every rank's copy of these parameters equals every other's (a digest of their bytes,
+// one small allgather).
+bool replicas_equal(Communicator& comm, const NamedParams& params);
+
+namespace dp_detail {
+// "rank 1", "ranks 1 and 2", "ranks 0, 2-5 and 7" (runs of three or more as ranges).
+std::string ranks_str(const std::vector<int>& ranks);
+}  // namespace dp_detail
+
 // Averages every parameter's gradient over ranks with one packed allreduce per dtype, after
 // one small collective in which the ranks agree on who has which gradient (and that their
 // parameter lists match). As in ChainerMN, a parameter with a gradient on no rank is skipped

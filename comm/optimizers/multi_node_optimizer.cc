@@ -12,25 +12,6 @@ namespace tandem {
 
 namespace {
 
-// FNV-1a over every parameter's bytes: equal on two ranks when their replicas are equal.
-std::uint64_t values_digest(const NamedParams& params) {
-  Fnv1a64 h;
-  for (const auto& [name, param] : params) {
-    const Tensor host = param.data().to(Device::cpu());
-    h.bytes(host.raw_data(), static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype()));
-  }
-  return h.digest();
-}
-
-// Whether every rank's replica is already equal to every other's (one tiny allgather).
-bool replicas_equal(Communicator& comm, const NamedParams& params) {
-  const std::vector<Tensor> digests =
-      comm.allgather(from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(values_digest(params))}));
-  for (const Tensor& d : digests)
-    if (d.to_vector<std::int64_t>() != digests[0].to_vector<std::int64_t>()) return false;
-  return true;
-}
-
 class MultiNodeGradientSync final : public GradientSync {
  public:
   MultiNodeGradientSync(CommunicatorPtr comm, bool zero_fill) : comm_(std::move(comm)), zero_fill_(zero_fill) {}
@@ -134,6 +115,12 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
   TANDEM_CHECK(!optimizer->gradient_sync(), "create_multi_node_optimizer: this ", optimizer->type_name(),
                " already has a gradient sync (wrapped twice?)");
   optimizer->set_gradient_sync(std::make_shared<GroupedGradientSync>(std::move(groups)));
+  return optimizer;
+}
+
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
+                                                       const DataParallelOptions& options) {
+  install_data_parallel_sync(optimizer, std::move(comm), options);
   return optimizer;
 }
 

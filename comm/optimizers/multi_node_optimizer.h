@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/data_parallel/data_parallel_optimizer.h"
 #include "comm/transport/communicator.h"
 #include "layers/optimizers/optimizer.h"
 
@@ -23,6 +24,14 @@ namespace tandem {
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
                                                        bool zero_fill = false);
+
+// Data parallelism as people run it today (comm/data_parallel/data_parallel_optimizer.h):
+// gradients averaged in buckets while backward runs (options.overlap), accumulation with
+// NoGradientSync, the optimizer state and gradients sharded over the ranks (options.zero),
+// ChainerMN's double_buffering. A parameter used on some ranks only is averaged with zeros from
+// the others.
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
+                                                       const DataParallelOptions& options);
 
 // Parameters that live on different sets of ranks: each group's parameters are replicated over
 // the ranks of its communicator only (a mixture of experts: the shared parameters over every

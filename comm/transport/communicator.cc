@@ -1,5 +1,7 @@
 #include "comm/transport/communicator.h"
 
+#include "core/error.h"
+
 namespace tandem {
 
 namespace {
@@ -35,6 +37,41 @@ std::vector<Tensor> Communicator::gather(const Tensor& x, int root, std::optiona
 
 Tensor Communicator::scatter(const std::vector<Tensor>& xs, int root, std::optional<Device> device) {
   return land(scatter(xs, root), device);
+}
+
+namespace {
+
+// What a communicator without non-blocking collectives returns: the result, computed at start.
+class CompletedCollective final : public PendingCollective {
+ public:
+  explicit CompletedCollective(Tensor result) : result_(std::move(result)) {}
+  bool test() override { return true; }
+  Tensor wait() override { return result_; }
+
+ private:
+  Tensor result_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::start_allreduce_sum(const Tensor& x, std::uint64_t digest,
+                                                                     const char* operation) {
+  return std::make_unique<CompletedCollective>(allreduce_checked(x, AllreduceOp::sum, digest, operation));
+}
+
+std::vector<Tensor> comm_detail::reduce_scatter_stripes(const Tensor& x, int size, const char* operation) {
+  TANDEM_CHECK(x.defined() && x.dim() == 1 && x.numel() % size == 0, operation, ": reduce-scatter of ",
+               x.defined() ? x.description() : std::string("an undefined tensor"), " needs a 1-D tensor of ", size,
+               " equal stripes (one per rank)");
+  std::vector<Tensor> stripes;
+  const std::int64_t n = x.numel() / size;
+  for (int r = 0; r < size; ++r) stripes.push_back(x.slice_rows(r * n, (r + 1) * n));
+  return stripes;
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter_sum(const Tensor& x, std::uint64_t,
+                                                                          const char* operation) {
+  return std::make_unique<CompletedCollective>(reduce_scatter(comm_detail::reduce_scatter_stripes(x, size_, operation)));
 }
 
 }  // namespace tandem

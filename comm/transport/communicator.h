@@ -80,6 +80,20 @@ struct ReceivedMessage {
   Tensor tensor;
 };
 
+// A collective whose data moves while this rank computes (the data-parallel gradient buckets
+// of comm/data_parallel): Communicator::start_* exchange and check the headers as every
+// collective does, then post the data movement and return. test() moves it on without blocking
+// (MPI progresses only inside MPI calls, so a caller that computes calls it now and then);
+// wait() completes it, with the same diagnosis as any wait, and returns the result. Dropping
+// one unfinished is safe (its buffers stay alive until MPI is done with them) but leaves its
+// result unread.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual bool test() = 0;
+  virtual Tensor wait() = 0;
+};
+
 class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   virtual ~Communicator() = default;
@@ -158,6 +172,17 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // the sum over ranks of piece i. The mirror of allgather.
   virtual Tensor reduce_scatter(const std::vector<Tensor>& xs) = 0;
 
+  // --- collectives that overlap computation (PendingCollective above) -----------------------
+  // Element-wise sum over ranks of x, whose header carries `digest` as allreduce_checked's does.
+  // Started collectives complete in the order started. The default runs it at once (a
+  // communicator without non-blocking collectives).
+  virtual std::unique_ptr<PendingCollective> start_allreduce_sum(const Tensor& x, std::uint64_t digest,
+                                                                 const char* operation);
+  // x (1-D, size() * n elements) as size() stripes of n: rank r receives the sum over ranks of
+  // stripe r (reduce_scatter of equal pieces, MPI_Reduce_scatter_block).
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
+                                                                      const char* operation);
+
   // --- objects: small control data as bytes -------------------------------------------------
   virtual void send_obj(const std::string& bytes, int dest, int tag = 0) = 0;
   virtual std::string recv_obj(int source, int tag = 0) = 0;
@@ -185,6 +210,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 };
 
 using CommunicatorPtr = std::shared_ptr<Communicator>;
+
+namespace comm_detail {
+// start_reduce_scatter_sum's stripes of x (checked: 1-D, size() equal parts), as views.
+std::vector<Tensor> reduce_scatter_stripes(const Tensor& x, int size, const char* operation);
+}  // namespace comm_detail
 
 // A communicator over MPI_COMM_WORLD (MPI is initialised on first use and finalised at exit).
 // To wrap an existing MPI communicator, see comm/transport/mpi_communicator.h.

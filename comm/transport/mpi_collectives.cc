@@ -751,4 +751,103 @@ std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, i
   return result;
 }
 
+// --- collectives that overlap computation ---------------------------------------------------
+
+// The data phase of a started collective: its requests, the buffers they use, and where the
+// result goes. Completes as finish_collective does (a failure breaks the communicator).
+class MpiPendingCollective final : public PendingCollective {
+ public:
+  MpiPendingCollective(std::shared_ptr<MpiCommunicator> comm, std::vector<MPI_Request> requests,
+                       MpiCommunicator::KeepAlive keep_alive, Tensor result, Device device, std::string operation)
+      : comm_(std::move(comm)),
+        requests_(std::move(requests)),
+        keep_alive_(std::move(keep_alive)),
+        result_(std::move(result)),
+        device_(device),
+        operation_(std::move(operation)),
+        sequence_(comm_->collective_sequence_ - 1) {}
+
+  ~MpiPendingCollective() override {
+    // Dropped unfinished: MPI may still write the buffers, which stay alive until it is done.
+    if (!done_) comm_->orphans_.push_back(MpiCommunicator::Orphan{requests_, keep_alive_});
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int done = 0;
+    check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+    done_ = done != 0;
+    return done_;
+  }
+
+  Tensor wait() override {
+    if (!done_) {
+      const std::string what = detail::concat(operation_, " (collective #", sequence_, ")");
+      try {
+        comm_->wait_all(requests_, MpiCommunicator::WaitContext{what, -1, true, sequence_}, keep_alive_);
+      } catch (const Error& e) {
+        done_ = true;  // wait_all has set the requests aside
+        comm_->broken_ = detail::concat(what, " failed in flight (", e.what(), ")");
+        throw;
+      }
+      done_ = true;
+    }
+    return result_.to(device_);
+  }
+
+ private:
+  std::shared_ptr<MpiCommunicator> comm_;
+  std::vector<MPI_Request> requests_;
+  MpiCommunicator::KeepAlive keep_alive_;
+  Tensor result_;
+  Device device_;
+  std::string operation_;
+  std::int64_t sequence_;
+  bool done_ = false;
+};
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Tensor& x, std::uint64_t digest,
+                                                                        const char* operation) {
+  check_defined(x, operation);
+  // A device transport moves CUDA tensors in device order already: the blocking form.
+  if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation);
+  const MPI_Datatype type = mpi_type(x.dtype(), operation);
+  Header mine = collective_header(OpKind::allreduce, -1, &x);
+  mine.digest = digest;
+  exchange_headers([&](int) { return mine; }, true);
+  const Tensor send = comm_detail::host_for_mpi(x);
+  Tensor y(x.shape(), x.dtype());
+  std::vector<MPI_Request> requests(1);
+  check_mpi(MPI_Iallreduce(send.raw_data(), y.raw_data(), checked_int(x.nbytes(), operation) / dtype_size(x.dtype()),
+                           type, MPI_SUM, comm_, &requests[0]),
+            "MPI_Iallreduce");
+  // The data phase is the pending collective's from here: the next header is not "abandoned".
+  collective_open_ = false;
+  return std::make_unique<MpiPendingCollective>(std::static_pointer_cast<MpiCommunicator>(shared_from_this()),
+                                                std::move(requests), KeepAlive{send.storage(), y.storage()}, y,
+                                                x.device(), operation);
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
+                                                                             const char* operation) {
+  const std::vector<Tensor> stripes = comm_detail::reduce_scatter_stripes(x, size_, operation);
+  if (moves_on_device(x)) return Communicator::start_reduce_scatter_sum(x, digest, operation);
+  const MPI_Datatype type = mpi_type(x.dtype(), operation);
+  Header mine = collective_header(OpKind::reduce_scatter, -1, &x);
+  mine.digest = digest;
+  exchange_headers([&](int) { return mine; }, true);
+  const Tensor send = comm_detail::host_for_mpi(x);
+  Tensor y(stripes[0].shape(), x.dtype());
+  std::vector<MPI_Request> requests(1);
+  check_mpi(MPI_Ireduce_scatter_block(send.raw_data(), y.raw_data(),
+                                      checked_int(y.nbytes(), operation) / dtype_size(x.dtype()), type, MPI_SUM,
+                                      comm_, &requests[0]),
+            "MPI_Ireduce_scatter_block");
+  collective_open_ = false;
+  return std::make_unique<MpiPendingCollective>(std::static_pointer_cast<MpiCommunicator>(shared_from_this()),
+                                                std::move(requests), KeepAlive{send.storage(), y.storage()}, y,
+                                                x.device(), operation);
+}
+
 }  // namespace tandem

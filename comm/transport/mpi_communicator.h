@@ -60,6 +60,10 @@ class MpiCommunicator : public Communicator {
 
   Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) override;
   Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
+  std::unique_ptr<PendingCollective> start_allreduce_sum(const Tensor& x, std::uint64_t digest,
+                                                         const char* operation) override;
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
+                                                              const char* operation) override;
 
   void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) override;
   void wait_sends() override;
@@ -119,6 +123,7 @@ class MpiCommunicator : public Communicator {
   virtual void device_reduce_scatter(const std::vector<Tensor>& xs, Tensor& y);
 
  private:
+  friend class MpiPendingCollective;  // mpi_pending.cc
 
   // --- waiting (mpi_wait.cc) ----------------------------------------------------------------
   // What a rank is doing while it waits, for the diagnosis and the errors.

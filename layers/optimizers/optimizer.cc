@@ -27,7 +27,7 @@ void Optimizer::update() {
   if (sync_ && !sync_->before_update(*link)) return;
   ++t_;
   for (const auto& hook : hooks_) (*hook)(*this);
-  for (auto& [name, param] : link->namedparams()) {
+  for (auto& [name, param] : update_params()) {
     if (!param.grad().defined()) continue;
     TANDEM_CHECK(param.grad().shape() == param.shape() && param.grad().dtype() == param.dtype(), type_name(),
                  ": gradient ", param.grad().description(), " of parameter '", name, "' does not match ",
@@ -39,6 +39,11 @@ void Optimizer::update() {
       if (tensor.device() != param.data().device()) tensor = tensor.to(param.data().device());
     update_one(param, it->second);
   }
+  if (sync_) sync_->after_update(*link);
+}
+
+std::vector<std::pair<std::string, Variable>> Optimizer::update_params() const {
+  return sync_ ? sync_->update_params(*target()) : target()->namedparams();
 }
 
 void Optimizer::update(const std::function<Variable()>& lossfun) {
@@ -59,7 +64,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
 
 void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& entries) {
   std::map<std::string, Variable> params;
-  for (auto& [name, param] : target()->namedparams()) params[name] = param;
+  for (auto& [name, param] : update_params()) params[name] = param;
   std::map<std::string, State> states;
   std::int64_t t = -1, epoch = -1;
   // The counters as integers (a float such as NaN or 1e300 does not convert to one), below 2^53
@@ -99,7 +104,7 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
 }
 
 void WeightDecay::operator()(Optimizer& optimizer) {
-  for (Variable& p : optimizer.target()->params())
+  for (auto& [name, p] : optimizer.update_params())
     if (p.grad().defined()) p.set_grad(add(p.grad(), mul(p.data(), rate_)));
 }
 
@@ -109,13 +114,14 @@ GradientClipping::GradientClipping(double threshold) : threshold_(threshold) {
 
 void GradientClipping::operator()(Optimizer& optimizer) {
   double squares = 0;
-  const std::vector<Variable> params = optimizer.target()->params();
-  for (const Variable& p : params)
+  const auto params = optimizer.update_params();
+  for (const auto& [name, p] : params)
     if (p.grad().defined()) squares += sum_of_squares(p.grad());
+  if (optimizer.gradient_sync()) squares = optimizer.gradient_sync()->total_over_shards(squares);
   const double norm = std::sqrt(squares);
   if (norm <= threshold_) return;
   const double rate = threshold_ / norm;
-  for (Variable p : params)
+  for (auto [name, p] : params)
     if (p.grad().defined()) p.set_grad(mul(p.grad(), rate));
 }
 

@@ -32,6 +32,15 @@ class GradientSync {
  public:
   virtual ~GradientSync() = default;
   virtual bool before_update(Link& target) = 0;
+  // The parameters the hooks and update rules run on, by name: the target's own, or, for an
+  // optimizer whose state is sharded over ranks (ZeRO), this rank's slices of them (views of
+  // their memory, with their gradients).
+  virtual std::vector<std::pair<std::string, Variable>> update_params(Link& target) { return target.namedparams(); }
+  // Runs after the update rules (a sharded optimizer gathers the updated slices here).
+  virtual void after_update(Link& target) { (void)target; }
+  // A sum whose terms are spread over the ranks that share the parameters (a hook's sum of
+  // squared gradients, when each rank holds a slice): the total. Unsharded: the local sum.
+  virtual double total_over_shards(double local) { return local; }
 };
 
 class Optimizer {
@@ -44,12 +53,17 @@ class Optimizer {
 
   void setup(LinkPtr target);
   const LinkPtr& target() const;
+  bool has_target() const { return target_ != nullptr; }
 
   void update();
   void update(const std::function<Variable()>& lossfun);
   void add_hook(std::shared_ptr<OptimizerHook> hook);
   void set_gradient_sync(std::shared_ptr<GradientSync> sync) { sync_ = std::move(sync); }
   const std::shared_ptr<GradientSync>& gradient_sync() const { return sync_; }
+
+  // The parameters the update rules and hooks run on (GradientSync::update_params): the target's,
+  // or this rank's slices of them under a sharded data-parallel optimizer.
+  std::vector<std::pair<std::string, Variable>> update_params() const;
 
   // Number of updates done so far.
   std::int64_t t() const { return t_; }

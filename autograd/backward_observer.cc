@@ -1,0 +1,37 @@
+#include "autograd/backward_observer.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace tandem {
+
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::vector<BackwardObserver*>& registry() {
+  static std::vector<BackwardObserver*> observers;
+  return observers;
+}
+
+}  // namespace
+
+std::shared_ptr<void> add_backward_observer(BackwardObserver* observer) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().push_back(observer);
+  return std::shared_ptr<void>(nullptr, [observer](void*) {
+    std::lock_guard<std::mutex> unregister(registry_mutex());
+    auto& observers = registry();
+    observers.erase(std::remove(observers.begin(), observers.end(), observer), observers.end());
+  });
+}
+
+std::vector<BackwardObserver*> backward_observers() {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  return registry();
+}
+
+}  // namespace tandem

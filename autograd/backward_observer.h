@@ -1,0 +1,37 @@
+// Observers of the backward engine: what lets a data-parallel optimizer start averaging a
+// parameter's gradient while backward still runs (PyTorch DDP's autograd hooks), instead of
+// after it has ended.
+//
+// The engine tells every registered observer when a backward starts, when a leaf's gradient
+// is final for this backward (no function still to run adds to it: the engine counts, before
+// it starts, how many of the functions it will run take each leaf), after each function's
+// backward (a chance to move communication on without blocking), and when it ends. A leaf's
+// gradient has been delivered to its variable (grad()) when leaf_final is called; a leaf whose
+// functions passed it no gradient is reported too, with its gradient as it was. With no
+// observer registered the engine does none of this work.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace tandem {
+
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  virtual void backward_started() {}
+  virtual void leaf_final(const VariableNode& leaf) { (void)leaf; }
+  virtual void function_done() {}
+  virtual void backward_finished() {}
+};
+
+// Registers an observer for every backward on every thread until the returned handle is
+// destroyed.
+std::shared_ptr<void> add_backward_observer(BackwardObserver* observer);
+
+// The observers registered now (the engine takes a copy at the start of each backward).
+std::vector<BackwardObserver*> backward_observers();
+
+}  // namespace tandem

@@ -1,0 +1,402 @@
+#include "comm/data_parallel/data_parallel_optimizer.h"
+
+#include <unordered_map>
+
+#include "autograd/backward_observer.h"
+#include "autograd/check_finite.h"
+#include "comm/data_parallel/data_parallel.h"
+#include "comm/data_parallel/gradient_buckets.h"
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace tandem {
+
+namespace {
+
+thread_local bool g_no_sync = false;
+
+// Updates are numbered modulo this in the census (exact in f32).
+constexpr std::int64_t kStepModulus = std::int64_t(1) << 20;
+constexpr const char* kOperation = "data-parallel gradients";
+
+// One bucket's collective in this step.
+struct Flight {
+  std::unique_ptr<PendingCollective> pending;
+  Tensor send;    // the packed local gradients (a dropped round restores from it)
+  Tensor result;  // once complete: the sum, whole (allreduce) or this rank's stripe (reduce-scatter)
+};
+
+class DataParallelSync final : public GradientSync, public BackwardObserver {
+ public:
+  DataParallelSync(std::weak_ptr<Optimizer> optimizer, CommunicatorPtr comm, const DataParallelOptions& options)
+      : optimizer_(std::move(optimizer)),
+        // The buckets' collectives run on a communicator of their own: they are in flight while
+        // the model's own communication (a pipeline's, a multi-node batch norm's) goes on.
+        comm_(comm->split(0, comm->rank())),
+        options_(options) {
+    TANDEM_CHECK(options.zero >= 0 && options.zero <= 2, "create_multi_node_optimizer: zero = ", options.zero,
+                 " (0, 1 or 2: sharding of the optimizer state, then also of the gradients)");
+    TANDEM_CHECK(!options.double_buffering || options.zero == 0,
+                 "create_multi_node_optimizer: double_buffering needs zero = 0 (got zero = ", options.zero, ")");
+    TANDEM_CHECK(options.bucket_mb >= 0, "create_multi_node_optimizer: bucket_mb = ", options.bucket_mb,
+                 " (>= 0; 0: one bucket per dtype)");
+    overlap_ = options.overlap && !options.double_buffering;
+    registration_ = add_backward_observer(this);
+  }
+
+  // --- during backward ----------------------------------------------------------------------
+  void backward_started() override {
+    ran_backward_ = true;
+    in_backward_ = overlap_ && !NoGradientSync::active();
+    touched_ = false;
+    if (!in_backward_) return;
+    ensure_plan();
+    if (plan_) ready_.assign(plan_->buckets().size(), 0);
+  }
+
+  void leaf_final(const VariableNode& leaf) override {
+    if (!in_backward_ || !plan_) return;
+    auto it = node_index_.find(&leaf);
+    if (it == node_index_.end()) return;
+    if (!touched_) {
+      touched_ = true;
+      // An earlier backward of this step already started the buckets: their averages miss what
+      // this one adds.
+      if (next_launch_ > 0) drop_flights(true);
+    }
+    const std::size_t b = plan_->bucket_of(it->second);
+    if (++ready_[b] == plan_->buckets()[b].params.size()) {
+      while (next_launch_ < plan_->buckets().size() && ready_[next_launch_] == plan_->buckets()[next_launch_].params.size())
+        launch(next_launch_++);
+    }
+  }
+
+  void function_done() override {
+    // MPI moves a non-blocking collective on only inside MPI calls.
+    for (std::vector<Flight>* flights : {&flights_, &previous_})
+      for (Flight& f : *flights)
+        if (f.pending && !f.result.defined()) {
+          f.pending->test();
+          return;
+        }
+  }
+
+  void backward_finished() override {
+    if (in_backward_ && touched_) launch_rest();
+    in_backward_ = false;
+  }
+
+  // --- the update ---------------------------------------------------------------------------
+  bool before_update(Link& target) override {
+    ensure_plan();
+    if (!plan_) return true;
+    if (!verified_) {
+      verified_ = true;
+      // Replicas that already agree (the same seed, or resumed from the same snapshot) need no
+      // broadcast, and their gradients are valid: go on to update, so a resumed run loses no step.
+      if (!replicas_equal(*comm_, target.namedparams())) {
+        drop_flights(false);
+        previous_.clear();
+        bcast_data(*comm_, target.namedparams());
+        end_step();
+        return false;
+      }
+    }
+    launch_rest();
+    std::vector<Flight> done;
+    if (options_.double_buffering) {
+      // This step's sums travel behind the next step's computation; the last step's are applied.
+      done = std::move(previous_);
+      previous_ = std::move(flights_);
+    } else {
+      done = std::move(flights_);
+    }
+    flights_.clear();
+    end_step();
+    if (done.empty()) return false;  // double buffering's first update: nothing averaged yet
+    for (Flight& f : done)
+      if (!f.result.defined()) f.result = f.pending->wait();
+    return apply(done);
+  }
+
+  std::vector<std::pair<std::string, Variable>> update_params(Link& target) override {
+    if (options_.zero == 0) return target.namedparams();
+    ensure_plan();
+    if (shards_.empty() && plan_) make_shards();
+    return shards_;
+  }
+
+  void after_update(Link& target) override {
+    (void)target;
+    if (options_.zero == 0 || !plan_) return;
+    // Each rank updated its stripes of every bucket; every rank gets all of them.
+    const int me = comm_->rank();
+    for (const GradientBucket& bucket : plan_->buckets()) {
+      const Device device = plan_->params()[bucket.params.front()].second.data().device();
+      Tensor mine = zeros({bucket.stripe_data}, bucket.dtype, device);
+      for (const StripePiece& p : plan_->stripe_pieces(bucket, me))
+        mine.slice_rows(p.at, p.at + p.end - p.begin).copy_(param_flat(p.param).slice_rows(p.begin, p.end));
+      const std::vector<Tensor> all = comm_->allgather(mine);
+      for (int s = 0; s < comm_->size(); ++s) {
+        if (s == me) continue;
+        const Tensor theirs = all[s].to(device);
+        for (const StripePiece& p : plan_->stripe_pieces(bucket, s)) {
+          Tensor into = param_flat(p.param).slice_rows(p.begin, p.end);
+          into.copy_(theirs.slice_rows(p.at, p.at + p.end - p.begin));
+        }
+      }
+    }
+  }
+
+  double total_over_shards(double local) override {
+    if (options_.zero == 0) return local;
+    return comm_->allreduce(full({1}, local, DType::f64)).to_vector<double>()[0];
+  }
+
+ private:
+  // The plan for the target's parameters as they are now (rebuilt when they change: a lazily
+  // sized layer appeared).
+  void ensure_plan() {
+    std::shared_ptr<Optimizer> optimizer = optimizer_.lock();
+    if (!optimizer || !optimizer->has_target()) return;
+    const NamedParams now = optimizer->target()->namedparams();
+    if (plan_ && plan_->matches(now)) return;
+    drop_flights(false);
+    previous_.clear();
+    NamedParams reversed(now.rbegin(), now.rend());
+    plan_ = now.empty() ? nullptr
+                        : std::make_unique<GradientPlan>(std::move(reversed), options_.bucket_mb, options_.zero > 0,
+                                                         comm_->size());
+    node_index_.clear();
+    shards_.clear();
+    if (plan_)
+      for (std::size_t i = 0; i < plan_->params().size(); ++i) node_index_[plan_->params()[i].second.node().get()] = i;
+    verified_ = false;
+  }
+
+  Tensor param_flat(std::size_t i) const { return plan_->params()[i].second.data().reshape({-1}); }
+
+  // Packs bucket b's local gradients and its census row, and starts its collective.
+  void launch(std::size_t b) {
+    const GradientBucket& bucket = plan_->buckets()[b];
+    const int me = comm_->rank(), ranks = comm_->size();
+    const Device device = plan_->params()[bucket.params.front()].second.data().device();
+    Tensor flat = zeros({bucket.flat_size()}, bucket.dtype, device);
+    std::vector<double> tail(static_cast<std::size_t>(bucket.tail), 0.0);
+    const std::size_t k = bucket.params.size();
+    const bool check = check_finite_enabled();
+    for (std::size_t j = 0; j < k; ++j) {
+      const Tensor& grad = plan_->params()[bucket.params[j]].second.grad();
+      if (!grad.defined()) continue;
+      tail[j] = 1;
+      if (check && tail[k + ranks + me] == 0 && !first_nonfinite(grad).empty()) tail[k + ranks + me] = double(j + 1);
+    }
+    tail[k + me] = ran_backward_ ? double(1 + step_ % kStepModulus) : 0.0;
+    const Tensor tail_tensor = from_vector(tail).to(bucket.dtype).to(device);
+    for (std::int64_t s = 0; s < bucket.stripes; ++s) {
+      const std::int64_t base = s * bucket.stripe_size();
+      for (const StripePiece& p : plan_->stripe_pieces(bucket, s)) {
+        const Tensor& grad = plan_->params()[p.param].second.grad();
+        if (grad.defined())
+          flat.slice_rows(base + p.at, base + p.at + p.end - p.begin).copy_(grad.reshape({-1}).slice_rows(p.begin, p.end));
+      }
+      flat.slice_rows(base + bucket.stripe_data, base + bucket.stripe_size()).copy_(tail_tensor);
+    }
+    // Sharded: the local gradients live on in the bucket only (restored from it if this round is
+    // dropped), so that averaged slices replace them rather than join them.
+    if (options_.zero > 0)
+      for (std::size_t i : bucket.params) Variable(plan_->params()[i].second).cleargrad();
+    if (flights_.size() <= b) flights_.resize(b + 1);
+    Flight& f = flights_[b];
+    f.send = flat;
+    f.result = Tensor();
+    f.pending = options_.zero == 2 ? comm_->start_reduce_scatter_sum(flat, bucket.digest, kOperation)
+                                   : comm_->start_allreduce_sum(flat, bucket.digest, kOperation);
+  }
+
+  void launch_rest() {
+    if (!plan_) return;
+    while (next_launch_ < plan_->buckets().size()) launch(next_launch_++);
+  }
+
+  // Completes the collectives started this step and forgets their results; with restore (a
+  // sharded optimizer cleared the local gradients at launch), puts the local gradients back.
+  void drop_flights(bool restore) {
+    for (std::size_t b = 0; b < flights_.size(); ++b) {
+      Flight& f = flights_[b];
+      if (!f.pending) continue;
+      if (!f.result.defined()) f.pending->wait();
+      if (!restore || options_.zero == 0) continue;
+      const GradientBucket& bucket = plan_->buckets()[b];
+      const std::vector<double> tail = f.send.slice_rows(bucket.stripe_data, bucket.stripe_size()).to_vector<double>();
+      for (std::size_t j = 0; j < bucket.params.size(); ++j) {
+        if (tail[j] == 0) continue;
+        Variable param = plan_->params()[bucket.params[j]].second;
+        Tensor local = zeros({param.numel()}, param.dtype(), param.data().device());
+        for (std::int64_t s = 0; s < bucket.stripes; ++s) {
+          const std::int64_t base = s * bucket.stripe_size();
+          for (const StripePiece& p : plan_->stripe_pieces(bucket, s)) {
+            if (p.param != bucket.params[j]) continue;
+            local.slice_rows(p.begin, p.end).copy_(f.send.slice_rows(base + p.at, base + p.at + p.end - p.begin));
+          }
+        }
+        const Tensor restored = local.reshape(param.shape());
+        param.set_grad(param.grad().defined() ? add(param.grad(), restored) : restored);
+      }
+    }
+    flights_.clear();
+    next_launch_ = 0;
+  }
+
+  void end_step() {
+    ++step_;
+    ran_backward_ = false;
+    next_launch_ = 0;
+  }
+
+  // The stripe of bucket b's result that this rank reads.
+  Tensor my_stripe(const GradientBucket& bucket, const Tensor& result) const {
+    if (options_.zero != 1) return result;  // unsharded: one stripe; reduce-scatter: this rank's
+    const std::int64_t base = comm_->rank() * bucket.stripe_size();
+    return result.slice_rows(base, base + bucket.stripe_size());
+  }
+
+  // Checks the census (the same verdict on every rank) and sets the averaged gradients.
+  bool apply(std::vector<Flight>& flights) {
+    const int ranks = comm_->size();
+    const std::vector<GradientBucket>& buckets = plan_->buckets();
+    std::vector<std::vector<double>> tails;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const Tensor stripe = my_stripe(buckets[b], flights[b].result);
+      tails.push_back(stripe.slice_rows(buckets[b].stripe_data, buckets[b].stripe_size()).to_vector<double>());
+    }
+    check_census(buckets, tails);
+    shards_.clear();
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const GradientBucket& bucket = buckets[b];
+      const std::size_t k = bucket.params.size();
+      Tensor mean = my_stripe(bucket, flights[b].result).slice_rows(0, bucket.stripe_data);
+      mean = div(mean, double(ranks));
+      auto presence = [&](std::size_t param) {
+        for (std::size_t j = 0; j < k; ++j)
+          if (bucket.params[j] == param) return tails[b][j];
+        return 0.0;
+      };
+      if (options_.zero == 0) {
+        for (std::size_t j = 0; j < k; ++j) {
+          Variable param = plan_->params()[bucket.params[j]].second;
+          if (tails[b][j] > 0) {
+            param.set_grad(mean.slice_rows(bucket.offsets[j], bucket.offsets[j] + param.numel()).reshape(param.shape()));
+          } else if (options_.zero_fill) {
+            param.set_grad(zeros(param.shape(), param.dtype(), param.data().device()));
+          } else {
+            param.cleargrad();
+          }
+        }
+        continue;
+      }
+      for (const StripePiece& p : plan_->stripe_pieces(bucket, comm_->rank())) {
+        Variable piece = shard_variable(p);
+        const double present = presence(p.param);
+        if (present > 0) {
+          piece.set_grad(mean.slice_rows(p.at, p.at + p.end - p.begin));
+        } else if (options_.zero_fill) {
+          piece.set_grad(zeros({p.end - p.begin}, bucket.dtype, piece.data().device()));
+        }
+        shards_.emplace_back(shard_name(p), piece);
+      }
+    }
+    return true;
+  }
+
+  std::string shard_name(const StripePiece& p) const {
+    return detail::concat(plan_->params()[p.param].first, "[", p.begin, ":", p.end, "]");
+  }
+  // This rank's slice of a parameter: a view of its memory, updated in place.
+  Variable shard_variable(const StripePiece& p) const {
+    return Variable(param_flat(p.param).slice_rows(p.begin, p.end));
+  }
+  void make_shards() {
+    shards_.clear();
+    for (const GradientBucket& bucket : plan_->buckets())
+      for (const StripePiece& p : plan_->stripe_pieces(bucket, comm_->rank()))
+        shards_.emplace_back(shard_name(p), shard_variable(p));
+  }
+
+  void check_census(const std::vector<GradientBucket>& buckets, const std::vector<std::vector<double>>& tails) const {
+    const int ranks = comm_->size();
+    const std::size_t k0 = buckets.front().params.size();
+    std::vector<int> idle, busy;
+    std::vector<double> slots;
+    for (int r = 0; r < ranks; ++r) {
+      const double slot = tails.front()[k0 + r];
+      slots.push_back(slot);
+      (slot == 0 ? idle : busy).push_back(r);
+    }
+    if (!idle.empty()) {
+      const std::string at =
+          busy.empty() ? std::string() : detail::concat(" #", static_cast<std::int64_t>(slots[busy.front()]) - 1);
+      TANDEM_FAIL("create_multi_node_optimizer: at data-parallel update", at, " ", dp_detail::ranks_str(idle),
+                  " ran no backward since the last update, while ",
+                  busy.empty() ? std::string("no rank") : dp_detail::ranks_str(busy),
+                  " did; every rank runs forward and backward before update in a data-parallel step (a rank "
+                  "without data for a step still runs backward, e.g. of a zero loss); no gradient was averaged");
+    }
+    for (int r = 1; r < ranks; ++r) {
+      if (slots[r] == slots[0]) continue;
+      std::string list;
+      for (int q = 0; q < ranks; ++q)
+        list += detail::concat(q ? ", " : "", "rank ", q, " at #", static_cast<std::int64_t>(slots[q]) - 1);
+      TANDEM_FAIL("create_multi_node_optimizer: the ranks are at different data-parallel updates (", list,
+                  ", counted modulo ", kStepModulus, "): a rank skipped a step or ran an extra one; no gradient "
+                  "was averaged");
+    }
+    std::string nonfinite;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const std::size_t k = buckets[b].params.size();
+      for (int r = 0; r < ranks; ++r) {
+        const double j = tails[b][k + ranks + r];
+        if (j == 0) continue;
+        const auto& [name, param] = plan_->params()[buckets[b].params[static_cast<std::size_t>(j) - 1]];
+        nonfinite += detail::concat(nonfinite.empty() ? "" : "; ", "rank ", r, " has a NaN/Inf gradient in '", name,
+                                    "' (", dtype_name(param.dtype()), shape_str(param.shape()), ")");
+      }
+    }
+    TANDEM_CHECK(nonfinite.empty(), "check_finite: create_multi_node_optimizer: ", nonfinite,
+                 "; no parameter was updated");
+  }
+
+  std::weak_ptr<Optimizer> optimizer_;
+  CommunicatorPtr comm_;
+  DataParallelOptions options_;
+  bool overlap_ = true;
+  std::unique_ptr<GradientPlan> plan_;
+  std::unordered_map<const VariableNode*, std::size_t> node_index_;
+  bool verified_ = false;        // the replicas were found equal (or made so) for this plan
+  std::int64_t step_ = 0;        // updates (or skipped updates) so far
+  bool ran_backward_ = false;    // a backward ran since the last update
+  bool in_backward_ = false;     // a backward that starts buckets is running
+  bool touched_ = false;         // ... and has finished one of this plan's gradients
+  std::vector<std::size_t> ready_;  // per bucket: its gradients finished in this backward
+  std::size_t next_launch_ = 0;  // buckets start in order: the next one to start
+  std::vector<Flight> flights_;  // this step's
+  std::vector<Flight> previous_;  // double buffering: the last step's, still travelling
+  NamedParams shards_;           // zero >= 1: this rank's slices, with their averaged gradients
+  std::shared_ptr<void> registration_;  // last: unregisters first
+};
+
+}  // namespace
+
+NoGradientSync::NoGradientSync() : previous_(g_no_sync) { g_no_sync = true; }
+NoGradientSync::~NoGradientSync() { g_no_sync = previous_; }
+bool NoGradientSync::active() { return g_no_sync; }
+
+void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, CommunicatorPtr comm,
+                                const DataParallelOptions& options) {
+  TANDEM_CHECK(optimizer && comm, "create_multi_node_optimizer: an optimizer and a communicator are required");
+  TANDEM_CHECK(!optimizer->gradient_sync(), "create_multi_node_optimizer: this ", optimizer->type_name(),
+               " already has a gradient sync (wrapped twice?)");
+  optimizer->set_gradient_sync(std::make_shared<DataParallelSync>(optimizer, std::move(comm), options));
+}
+
+}  // namespace tandem

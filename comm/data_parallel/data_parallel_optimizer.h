@@ -1,0 +1,49 @@
+// Data parallelism as people run it today (create_multi_node_optimizer with DataParallelOptions,
+// comm/optimizers/multi_node_optimizer.h): gradients averaged in buckets that start while
+// backward runs, accumulation over several backward passes, and the optimizer state and
+// gradients sharded over the ranks (ZeRO stages 1 and 2).
+//
+// What every rank agrees on, so that nothing hangs and nothing is averaged wrongly:
+// - The buckets follow from the parameter list alone (gradient_buckets.h), and each bucket's
+//   header carries a digest of its parameters: ranks whose models differ fail at the first one.
+// - Each bucket carries a census (gradient_buckets.h): which ranks have which gradient (a
+//   parameter used on some ranks only is averaged with zeros from the others; one used on none
+//   is skipped, or zeros with zero_fill), which ranks ran backward since their last update and
+//   at which update they are (a rank that skipped a backward, or a whole step, is an error on
+//   every rank that names it), and NaN/Inf gradients under check_finite.
+// - Buckets start in one order on every rank: bucket b only after buckets 0..b-1, the rest at
+//   the end of backward, or at update when a rank ran no backward.
+// - A second backward before the update (without NoGradientSync) makes the averages already
+//   started stale: they are dropped (their collectives still complete) and the buckets start
+//   again, from the accumulated gradients, at the end of the last backward. Correct, but the
+//   first round is wasted: wrap all backward passes but the last in NoGradientSync.
+#pragma once
+
+#include <memory>
+
+#include "comm/data_parallel/data_parallel_options.h"
+#include "comm/transport/communicator.h"
+#include "layers/optimizers/optimizer.h"
+
+namespace tandem {
+
+// Installs the data-parallel gradient sync on `optimizer` (see the top of this file).
+void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, CommunicatorPtr comm,
+                                const DataParallelOptions& options);
+
+// PyTorch DDP's no_sync(): backward passes inside this scope (on this thread) only accumulate
+// gradients; the next backward outside it averages everything accumulated. Gradient
+// accumulation over k microbatches: the first k - 1 backward passes inside it.
+class NoGradientSync {
+ public:
+  NoGradientSync();
+  ~NoGradientSync();
+  NoGradientSync(const NoGradientSync&) = delete;
+  NoGradientSync& operator=(const NoGradientSync&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,31 @@
+// How a data-parallel optimizer averages gradients and where it keeps its memory
+// (create_multi_node_optimizer(optimizer, comm, DataParallelOptions), comm/optimizers).
+#pragma once
+
+namespace tandem {
+
+struct DataParallelOptions {
+  // Start averaging a bucket of gradients as soon as backward has finished them, while backward
+  // goes on (PyTorch DDP). false: every bucket after backward, at update.
+  bool overlap = true;
+  // Gradients travel in buckets of about this many MiB (consecutive parameters of one dtype in
+  // reverse order of registration, which is the order backward finishes them in a model that
+  // registers its links in the order it runs them). Smaller buckets start earlier; each costs a
+  // header exchange. 0: one bucket per dtype.
+  double bucket_mb = 4;
+  // Sharding over the ranks (ZeRO): 0 none; 1 the optimizer state (each rank updates its slice of
+  // every bucket, then the slices are allgathered); 2 also the gradients (reduce-scatter instead
+  // of allreduce: a rank keeps the averaged gradients of its slices only).
+  int zero = 0;
+  // ChainerMN's double_buffering: the gradients averaged at step t are applied at step t+1,
+  // while step t+1's are averaged behind its forward and backward. Stale by one step by design
+  // (ChainerMN's rule); the first update applies nothing. Needs zero = 0 and implies no
+  // overlap.
+  bool double_buffering = false;
+  // A parameter that no rank gave a gradient in a step: skipped (its gradient stays undefined,
+  // as ChainerMN does), or zeros with zero_fill. One that only some ranks gave a gradient is
+  // always averaged with zeros from the others.
+  bool zero_fill = false;
+};
+
+}  // namespace tandem

@@ -1,0 +1,68 @@
+#include "comm/data_parallel/gradient_buckets.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace tandem {
+
+GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks)
+    : params_(std::move(params)), bucket_of_(params_.size()), ranks_(ranks) {
+  const double limit = bucket_mb > 0 ? bucket_mb * 1024 * 1024 : 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Variable& p = params_[i].second;
+    const bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
+                      (limit == 0 || double(buckets_.back().numel) * dtype_size(p.dtype()) < limit);
+    if (!fits) {
+      buckets_.emplace_back();
+      buckets_.back().dtype = p.dtype();
+    }
+    GradientBucket& b = buckets_.back();
+    b.params.push_back(i);
+    b.offsets.push_back(b.numel);
+    b.numel += p.numel();
+    bucket_of_[i] = buckets_.size() - 1;
+  }
+  for (GradientBucket& b : buckets_) {
+    b.stripes = sharded ? ranks : 1;
+    b.stripe_data = (b.numel + b.stripes - 1) / b.stripes;
+    b.tail = static_cast<std::int64_t>(b.params.size()) + 2 * ranks;
+    Fnv1a64 h;
+    for (std::size_t i : b.params) {
+      h.bytes(params_[i].first);
+      h.mix(static_cast<std::uint64_t>(params_[i].second.dtype()) + 256);
+      for (std::int64_t extent : params_[i].second.shape()) h.mix(static_cast<std::uint64_t>(extent));
+      h.mix(0xffff);
+    }
+    h.mix(static_cast<std::uint64_t>(b.stripes));
+    b.digest = h.digest();
+  }
+}
+
+bool GradientPlan::matches(const NamedParams& now) const {
+  if (now.size() != params_.size()) return false;
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    // The plan keeps the reverse of registration order (data_parallel_optimizer.cc).
+    const auto& mine = params_[params_.size() - 1 - i];
+    const auto& theirs = now[i];
+    if (mine.first != theirs.first || !mine.second.same_as(theirs.second) ||
+        mine.second.shape() != theirs.second.shape() || mine.second.dtype() != theirs.second.dtype())
+      return false;
+  }
+  return true;
+}
+
+std::vector<StripePiece> GradientPlan::stripe_pieces(const GradientBucket& bucket, std::int64_t s) const {
+  std::vector<StripePiece> pieces;
+  const std::int64_t lo = s * bucket.stripe_data, hi = std::min(bucket.numel, lo + bucket.stripe_data);
+  for (std::size_t k = 0; k < bucket.params.size(); ++k) {
+    const std::int64_t first = bucket.offsets[k];
+    const std::int64_t last = first + params_[bucket.params[k]].second.numel();
+    const std::int64_t a = std::max(first, lo), b = std::min(last, hi);
+    if (a < b) pieces.push_back(StripePiece{bucket.params[k], a - first, b - first, a - lo});
+  }
+  return pieces;
+}
+
+}  // namespace tandem

@@ -1,0 +1,63 @@
+// The layout of a data-parallel step's gradient traffic: parameters in buckets, and each
+// bucket's flat buffer as the collective moves it.
+//
+// A bucket holds consecutive parameters of one dtype. Its flat buffer is `stripes` stripes (one
+// per rank when sharded, else one), each `stripe_data` gradient elements (the bucket's
+// parameters back to back, split evenly; the last stripe padded with zeros) followed by a tail
+// that every rank fills the same way and the sum makes a census:
+//   [presence of each parameter here (1/0)] [per rank: 1 + step mod 2^20 if it ran backward]
+//   [per rank: 1 + index in the bucket of its first NaN/Inf gradient under check_finite]
+// Every stripe carries the tail, so that a reduce-scatter gives each rank the whole census.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/data_parallel/data_parallel.h"
+
+namespace tandem {
+
+struct GradientBucket {
+  DType dtype = DType::f32;
+  std::vector<std::size_t> params;     // indices into the plan's parameter list
+  std::vector<std::int64_t> offsets;   // each parameter's first element in the bucket
+  std::int64_t numel = 0;              // gradient elements (unpadded)
+  std::int64_t stripes = 1;
+  std::int64_t stripe_data = 0;        // gradient elements per stripe
+  std::int64_t tail = 0;               // census elements per stripe
+  std::uint64_t digest = 0;            // names, dtypes, shapes and layout: the header's
+  std::int64_t stripe_size() const { return stripe_data + tail; }
+  std::int64_t flat_size() const { return stripes * stripe_size(); }
+};
+
+// A piece of a parameter inside one stripe of a bucket: elements [begin, end) of the
+// parameter, at `at` in the stripe's gradient elements.
+struct StripePiece {
+  std::size_t param;  // index into the plan's parameter list
+  std::int64_t begin, end, at;
+};
+
+class GradientPlan {
+ public:
+  // params in the order the buckets take them; ranks: the communicator's size.
+  GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks);
+
+  const NamedParams& params() const { return params_; }
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+  // Which bucket a parameter is in.
+  std::size_t bucket_of(std::size_t param) const { return bucket_of_[param]; }
+  // Whether `now` (a link's namedparams()) has the same names, shapes and dtypes as this plan.
+  bool matches(const NamedParams& now) const;
+  // The pieces of the bucket's parameters that fall in stripe s.
+  std::vector<StripePiece> stripe_pieces(const GradientBucket& bucket, std::int64_t s) const;
+  int ranks() const { return ranks_; }
+
+ private:
+  NamedParams params_;
+  std::vector<GradientBucket> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  int ranks_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,267 @@
+// The data-parallel optimizer with DataParallelOptions on 2 and 3 ranks, in f64: after 3 Adam
+// steps the parameters equal one process's trained on the ranks' batches together (1e-10), for
+// every mode: buckets after backward, overlapped with backward at bucket sizes that group the
+// parameters differently, accumulation over 3 microbatches, ZeRO 1 and 2, and their mixes; a
+// model whose ranks use different branches and run a link different numbers of times; double
+// buffering's one-step-stale rule; and the error of a rank that skips a backward.
+#include <catch2/catch.hpp>
+
+#include "autograd/functions.h"
+#include "comm/optimizers/multi_node_optimizer.h"
+#include "layers/links/linear.h"
+#include "layers/optimizers/adam.h"
+#include "layers/optimizers/sgd.h"
+#include "tests/core/test_util.h"
+
+using namespace tandem;
+namespace F = tandem::functions;
+using Catch::Matchers::Contains;
+using test_util::uniform;
+using test_util::values;
+
+namespace {
+
+CommunicatorPtr world() {
+  static CommunicatorPtr comm = create_communicator("naive");
+  return comm;
+}
+
+constexpr std::int64_t kBatch = 6;  // rows per rank per step
+
+// An MLP with a branch chosen by the data: h = tanh(l1(x)); a and/or b on h; then l3.
+class Net : public Chain {
+ public:
+  Net() {
+    manual_seed(7);  // the same weights on every rank and in the reference
+    LinearOptions f64;
+    f64.dtype = DType::f64;
+    l1 = add_link("l1", std::make_shared<Linear>(4, 16, f64));
+    a = add_link("a", std::make_shared<Linear>(16, 16, f64));
+    b = add_link("b", std::make_shared<Linear>(16, 16, f64));
+    l3 = add_link("l3", std::make_shared<Linear>(16, 3, f64));
+  }
+  // use_a / use_b: which branches run; repeat: how many times b runs (a link run several times).
+  Variable loss(const Tensor& x, const Tensor& t, bool use_a, bool use_b, int repeat = 1) {
+    Variable h = F::tanh((*l1)(Variable(x)));
+    Variable sum = h;
+    if (use_a) sum = F::add(sum, F::tanh((*a)(h)));
+    if (use_b)
+      for (int i = 0; i < repeat; ++i) sum = F::add(sum, F::tanh((*b)(sum)));
+    return F::mean_squared_error((*l3)(sum), Variable(t));
+  }
+  std::shared_ptr<Linear> l1, a, b, l3;
+};
+
+Tensor batch_x(int step, int rank) { return uniform({kBatch, 4}, 1000 + 10 * step + rank, -1, 1, DType::f64); }
+Tensor batch_t(int step, int rank) { return uniform({kBatch, 3}, 2000 + 10 * step + rank, -1, 1, DType::f64); }
+
+// Which branches rank r uses at a step (the conditional-computation case): step 0 rank 0 uses
+// a only, the others b only; then every rank uses both, and rank 0 runs b three times.
+struct Route {
+  bool a = true, b = true;
+  int repeat = 1;
+};
+Route route(bool conditional, int step, int rank) {
+  if (!conditional) return {true, false, 1};
+  if (step == 0) return rank == 0 ? Route{true, false, 1} : Route{false, true, 1};
+  return Route{true, true, rank == 0 ? 3 : 1};
+}
+
+// One process over every rank's batch: the mean of the ranks' losses is the loss of their
+// batches together (equal batch sizes).
+std::vector<std::vector<double>> reference(int ranks, int steps, bool conditional) {
+  auto model = std::make_shared<Net>();
+  auto adam = std::make_shared<Adam>(0.01);
+  adam->setup(model);
+  for (int step = 0; step < steps; ++step) {
+    model->cleargrads();
+    Variable total;
+    for (int r = 0; r < ranks; ++r) {
+      const Route go = route(conditional, step, r);
+      Variable l = F::mul(model->loss(batch_x(step, r), batch_t(step, r), go.a, go.b, go.repeat), 1.0 / ranks);
+      total = total.defined() ? F::add(total, l) : l;
+    }
+    total.backward();
+    adam->update();
+  }
+  std::vector<std::vector<double>> out;
+  for (const auto& [name, p] : model->namedparams()) out.push_back(values(p.data()));
+  return out;
+}
+
+// The same steps data-parallel. accumulate: each rank's batch as that many microbatches.
+std::vector<std::vector<double>> data_parallel(const DataParallelOptions& options, int steps, bool conditional,
+                                               int accumulate = 1) {
+  auto comm = world();
+  auto model = std::make_shared<Net>();
+  auto adam = create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, options);
+  adam->setup(model);
+  for (int step = 0; step < steps; ++step) {
+    model->cleargrads();
+    const Route go = route(conditional, step, comm->rank());
+    const Tensor x = batch_x(step, comm->rank()), t = batch_t(step, comm->rank());
+    const std::int64_t rows = kBatch / accumulate;
+    for (int k = 0; k < accumulate; ++k) {
+      const Tensor xk = x.slice_rows(k * rows, (k + 1) * rows), tk = t.slice_rows(k * rows, (k + 1) * rows);
+      Variable l = F::mul(model->loss(xk, tk, go.a, go.b, go.repeat), 1.0 / accumulate);
+      if (k + 1 < accumulate) {
+        NoGradientSync accumulating;
+        l.backward();
+      } else {
+        l.backward();
+      }
+    }
+    adam->update();
+    REQUIRE(adam->t() == step + 1);
+  }
+  std::vector<std::vector<double>> out;
+  for (const auto& [name, p] : model->namedparams()) out.push_back(values(p.data()));
+  return out;
+}
+
+void require_close(const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    REQUIRE(got[i].size() == want[i].size());
+    for (std::size_t j = 0; j < got[i].size(); ++j) {
+      INFO("parameter " << i << " element " << j);
+      REQUIRE(got[i][j] == Approx(want[i][j]).epsilon(0).margin(1e-10));
+    }
+  }
+}
+
+DataParallelOptions make(bool overlap, double bucket_mb, int zero) {
+  DataParallelOptions o;
+  o.overlap = overlap;
+  o.bucket_mb = bucket_mb;
+  o.zero = zero;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("data-parallel modes equal one process after 3 Adam steps (f64)") {
+  const int n = world()->size();
+  const auto want = reference(n, 3, false);
+  // 0.0005 MiB: about one parameter per bucket; 0.003: a few; 0: one bucket.
+  for (int zero : {0, 1, 2}) {
+    for (bool overlap : {false, true}) {
+      for (double mb : {0.0005, 0.003, 0.0}) {
+        INFO("zero " << zero << " overlap " << overlap << " bucket_mb " << mb);
+        require_close(data_parallel(make(overlap, mb, zero), 3, false), want);
+      }
+    }
+    INFO("zero " << zero << ", accumulation over 3 microbatches");
+    require_close(data_parallel(make(true, 0.0005, zero), 3, false, 3), want);
+  }
+}
+
+TEST_CASE("data-parallel: ranks that use different branches and run a link different numbers of times") {
+  const int n = world()->size();
+  const auto want = reference(n, 3, true);
+  for (int zero : {0, 2}) {
+    for (bool overlap : {false, true}) {
+      INFO("zero " << zero << " overlap " << overlap);
+      require_close(data_parallel(make(overlap, 0.0005, zero), 3, true), want);
+    }
+  }
+}
+
+TEST_CASE("data-parallel: a second backward without NoGradientSync still averages everything") {
+  // Accumulation without the scope: the first backward's buckets are dropped and started again.
+  const int n = world()->size();
+  const auto want = reference(n, 3, false);
+  for (int zero : {0, 1, 2}) {
+    INFO("zero " << zero);
+    auto comm = world();
+    auto model = std::make_shared<Net>();
+    auto adam = create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, make(true, 0.0005, zero));
+    adam->setup(model);
+    for (int step = 0; step < 3; ++step) {
+      model->cleargrads();
+      const Tensor x = batch_x(step, comm->rank()), t = batch_t(step, comm->rank());
+      for (int k = 0; k < 2; ++k)
+        F::mul(model->loss(x.slice_rows(3 * k, 3 * k + 3), t.slice_rows(3 * k, 3 * k + 3), true, false), 0.5)
+            .backward();
+      adam->update();
+    }
+    std::vector<std::vector<double>> got;
+    for (const auto& [name, p] : model->namedparams()) got.push_back(values(p.data()));
+    require_close(got, want);
+  }
+}
+
+TEST_CASE("data-parallel: double buffering applies each step's average one step later") {
+  auto comm = world();
+  const int n = comm->size();
+  // The reference: SGD, where step s applies the average of step s - 1's gradients, taken at the
+  // weights of step s - 1 (ChainerMN's rule); the first update applies nothing.
+  auto ref = std::make_shared<Net>();
+  auto sgd = std::make_shared<SGD>(0.1);
+  sgd->setup(ref);
+  std::vector<Tensor> pending;
+  for (int step = 0; step < 3; ++step) {
+    ref->cleargrads();
+    Variable total;
+    for (int r = 0; r < n; ++r) {
+      Variable l = F::mul(ref->loss(batch_x(step, r), batch_t(step, r), true, false), 1.0 / n);
+      total = total.defined() ? F::add(total, l) : l;
+    }
+    total.backward();
+    std::vector<Tensor> now;
+    for (Variable p : ref->params()) now.push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+    if (!pending.empty()) {
+      std::size_t i = 0;
+      for (Variable p : ref->params()) {
+        const Tensor& g = pending[i++];
+        if (g.defined()) p.set_grad(g); else p.cleargrad();
+      }
+      sgd->update();
+    }
+    pending = now;
+  }
+  DataParallelOptions o;
+  o.double_buffering = true;
+  auto model = std::make_shared<Net>();
+  auto opt = create_multi_node_optimizer(std::make_shared<SGD>(0.1), comm, o);
+  opt->setup(model);
+  for (int step = 0; step < 3; ++step) {
+    model->cleargrads();
+    model->loss(batch_x(step, comm->rank()), batch_t(step, comm->rank()), true, false).backward();
+    opt->update();
+  }
+  REQUIRE(opt->t() == 2);
+  std::vector<std::vector<double>> got, want;
+  for (const auto& [name, p] : model->namedparams()) got.push_back(values(p.data()));
+  for (const auto& [name, p] : ref->namedparams()) want.push_back(values(p.data()));
+  require_close(got, want);
+}
+
+TEST_CASE("data-parallel: replicas that differ are broadcast from rank 0 at the first update") {
+  auto comm = world();
+  auto model = std::make_shared<Net>();
+  if (comm->rank() > 0) model->l1->W().set_data(full({16, 4}, 0.5, DType::f64));
+  const std::vector<double> w0 = values(Net().l1->W().data());
+  auto adam = create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, make(true, 0.0005, 1));
+  adam->setup(model);
+  model->loss(batch_x(0, comm->rank()), batch_t(0, comm->rank()), true, false).backward();
+  adam->update();
+  REQUIRE(adam->t() == 0);
+  REQUIRE(values(model->l1->W().data()) == w0);
+}
+
+TEST_CASE("data-parallel: a rank that skips a backward is an error on every rank, naming it") {
+  auto comm = world();
+  const int last = comm->size() - 1;
+  for (bool overlap : {false, true}) {
+    INFO("overlap " << overlap);
+    auto model = std::make_shared<Net>();
+    auto adam = create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, make(overlap, 0.0005, 0));
+    adam->setup(model);
+    model->loss(batch_x(0, comm->rank()), batch_t(0, comm->rank()), true, false).backward();
+    adam->update();
+    model->cleargrads();
+    if (comm->rank() != last) model->loss(batch_x(1, comm->rank()), batch_t(1, comm->rank()), true, false).backward();
+    REQUIRE_THROWS_WITH(adam->update(), Contains(detail::concat("rank ", last, " ran no backward since the last update")));
+  }
+}
