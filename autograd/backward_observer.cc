@@ -29,6 +29,14 @@ std::shared_ptr<void> add_backward_observer(BackwardObserver* observer) {
   });
 }
 
+namespace {
+thread_local bool g_no_sync = false;
+}
+
+NoGradientSync::NoGradientSync() : previous_(g_no_sync) { g_no_sync = true; }
+NoGradientSync::~NoGradientSync() { g_no_sync = previous_; }
+bool NoGradientSync::active() { return g_no_sync; }
+
 std::vector<BackwardObserver*> backward_observers() {
   std::lock_guard<std::mutex> lock(registry_mutex());
   return registry();

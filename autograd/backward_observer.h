@@ -34,4 +34,20 @@ std::shared_ptr<void> add_backward_observer(BackwardObserver* observer);
 // The observers registered now (the engine takes a copy at the start of each backward).
 std::vector<BackwardObserver*> backward_observers();
 
+// PyTorch DDP's no_sync(): backward passes inside this scope (on this thread) only accumulate
+// gradients; a data-parallel optimizer (comm/data_parallel) averages what they accumulated with
+// the next backward outside it. Gradient accumulation over k microbatches: the first k - 1
+// backward passes inside it (StandardUpdater::set_accumulation does so).
+class NoGradientSync {
+ public:
+  NoGradientSync();
+  ~NoGradientSync();
+  NoGradientSync(const NoGradientSync&) = delete;
+  NoGradientSync& operator=(const NoGradientSync&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 }  // namespace tandem

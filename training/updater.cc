@@ -1,5 +1,9 @@
 #include "training/updater.h"
 
+#include <optional>
+
+#include "autograd/backward_observer.h"
+
 namespace tandem {
 
 Variable forward_batch(Link& model, const Example& batch) {
@@ -26,21 +30,50 @@ StandardUpdater::StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared
   TANDEM_CHECK(iterator_ && optimizer_ && loss_, "StandardUpdater: iterator, optimizer and loss function are required");
 }
 
+void StandardUpdater::set_accumulation(int k) {
+  TANDEM_CHECK(k >= 1, "StandardUpdater::set_accumulation: k = ", k, " (1 or more batches per update)");
+  accumulation_ = k;
+}
+
 Observation StandardUpdater::update() {
-  const Example batch = iterator_->next();
-  last_batch_size_ = batch.empty() ? 0 : batch[0].shape().empty() ? 1 : batch[0].shape()[0];
   // Optimizer::update(lossfun), with the backward left out when the loss function ran it.
   optimizer_->target()->cleargrads();
-  const LossResult result = loss_(batch);
-  TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
-  if (!result.backward_done) result.loss.backward();
+  Observation reported;
+  double loss_sum = 0;
+  bool scalar_loss = false;
+  last_batch_size_ = 0;
+  bool new_epoch = false;
+  for (int k = 0; k < accumulation_; ++k) {
+    const Example batch = iterator_->next();
+    new_epoch = new_epoch || iterator_->is_new_epoch();
+    last_batch_size_ += batch.empty() ? 0 : batch[0].shape().empty() ? 1 : batch[0].shape()[0];
+    std::optional<NoGradientSync> accumulating;
+    if (k + 1 < accumulation_) accumulating.emplace();
+    const LossResult result = loss_(batch);
+    TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
+    if (!result.backward_done) {
+      if (accumulation_ == 1) {
+        result.loss.backward();
+      } else {
+        // The loss divided by k: the gradient of the mean over the k batches.
+        const Tensor seed = full(result.loss.shape(), 1.0 / accumulation_, result.loss.dtype(), result.loss.device());
+        TANDEM_CHECK(result.loss.numel() == 1, "StandardUpdater: gradient accumulation needs a scalar loss, got ",
+                     result.loss.description());
+        result.loss.backward(seed);
+      }
+    }
+    for (const auto& [name, value] : result.observation) reported["main/" + name] += value / accumulation_;
+    // A model-parallel rank without a loss of its own returns a delegate variable (size 0).
+    if (result.loss.numel() == 1) {
+      loss_sum += result.loss.data().item();
+      scalar_loss = true;
+    }
+  }
+  Observation observation = reported;
+  if (scalar_loss) observation["main/loss"] = loss_sum / accumulation_;
   optimizer_->update();
-  if (iterator_->is_new_epoch()) optimizer_->new_epoch();
+  if (new_epoch) optimizer_->new_epoch();
   ++iteration_;
-  Observation observation;
-  for (const auto& [name, value] : result.observation) observation["main/" + name] = value;
-  // A model-parallel rank without a loss of its own returns a delegate variable (size 0).
-  if (result.loss.numel() == 1) observation["main/loss"] = result.loss.data().item();
   return observation;
 }
 

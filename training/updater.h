@@ -48,6 +48,13 @@ class StandardUpdater {
   // One step; returns its observation ("main/loss", ...).
   Observation update();
 
+  // Gradient accumulation: each step draws k batches, runs forward and backward on each with
+  // its loss divided by k, and updates once (the step of one batch k times larger when the
+  // batches are equal in size). The first k - 1 backward passes run under NoGradientSync, so a
+  // data-parallel optimizer averages once per step. Reports the mean of the k observations.
+  void set_accumulation(int k);
+  int accumulation() const { return accumulation_; }
+
   std::int64_t iteration() const { return iteration_; }
   std::int64_t epoch() const { return iterator_->epoch(); }
   double epoch_detail() const { return iterator_->epoch_detail(); }
@@ -65,6 +72,7 @@ class StandardUpdater {
   LossFunction loss_;
   std::int64_t iteration_ = 0;
   std::int64_t last_batch_size_ = 0;
+  int accumulation_ = 1;
 };
 
 // The loss function for a Classifier-like model with batches {x, t}: what

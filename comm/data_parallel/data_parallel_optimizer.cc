@@ -13,8 +13,6 @@ namespace tandem {
 
 namespace {
 
-thread_local bool g_no_sync = false;
-
 // Updates are numbered modulo this in the census (exact in f32).
 constexpr std::int64_t kStepModulus = std::int64_t(1) << 20;
 constexpr const char* kOperation = "data-parallel gradients";
@@ -386,10 +384,6 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
 };
 
 }  // namespace
-
-NoGradientSync::NoGradientSync() : previous_(g_no_sync) { g_no_sync = true; }
-NoGradientSync::~NoGradientSync() { g_no_sync = previous_; }
-bool NoGradientSync::active() { return g_no_sync; }
 
 void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, CommunicatorPtr comm,
                                 const DataParallelOptions& options) {

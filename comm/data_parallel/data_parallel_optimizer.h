@@ -21,6 +21,7 @@
 
 #include <memory>
 
+#include "autograd/backward_observer.h"  // NoGradientSync
 #include "comm/data_parallel/data_parallel_options.h"
 #include "comm/transport/communicator.h"
 #include "layers/optimizers/optimizer.h"
@@ -30,20 +31,5 @@ namespace tandem {
 // Installs the data-parallel gradient sync on `optimizer` (see the top of this file).
 void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, CommunicatorPtr comm,
                                 const DataParallelOptions& options);
-
-// PyTorch DDP's no_sync(): backward passes inside this scope (on this thread) only accumulate
-// gradients; the next backward outside it averages everything accumulated. Gradient
-// accumulation over k microbatches: the first k - 1 backward passes inside it.
-class NoGradientSync {
- public:
-  NoGradientSync();
-  ~NoGradientSync();
-  NoGradientSync(const NoGradientSync&) = delete;
-  NoGradientSync& operator=(const NoGradientSync&) = delete;
-  static bool active();
-
- private:
-  bool previous_;
-};
 
 }  // namespace tandem

@@ -4,7 +4,13 @@
 // step (one packed allreduce) after broadcasting rank 0's initial weights; the multi-node
 // evaluator averages the test metrics. --batchsize is per rank.
 //
+// How the gradients are averaged (comm/data_parallel/data_parallel_options.h): in buckets of
+// --bucket-mb MiB started while backward runs (--overlap 0: after it), with the optimizer state
+// (--zero 1) and also the gradients (--zero 2) sharded over the ranks, over --accumulate
+// batches per update, or with ChainerMN's --double-buffering 1.
+//
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --epoch 10
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --zero 2 --accumulate 2
 #include <cstdio>
 
 #include "autograd/functions.h"
@@ -33,6 +39,11 @@ int main(int argc, char** argv) {
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from the newest snapshot that every rank completed");
   examples::add_communicator_flag(flags);
+  flags.add_int("zero", 0, "sharding over the ranks: 0 none, 1 the optimizer state, 2 also the gradients");
+  flags.add_int("accumulate", 1, "batches per update (gradient accumulation)");
+  flags.add_double("bucket-mb", 4, "gradients travel in buckets of this many MiB (0: one per dtype)");
+  flags.add_int("overlap", 1, "1: a bucket's average starts while backward runs; 0: after backward");
+  flags.add_int("double-buffering", 0, "1: ChainerMN's double buffering (gradients applied one step late)");
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_data_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -49,7 +60,12 @@ int main(int argc, char** argv) {
   DatasetPtr test = scatter_dataset(mnist_test, *comm, 0, /*shuffle=*/true, seed);
 
   auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
-  auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), comm);
+  DataParallelOptions parallel;
+  parallel.zero = static_cast<int>(flags.get_int("zero"));
+  parallel.bucket_mb = flags.get_double("bucket-mb");
+  parallel.overlap = flags.get_int("overlap") != 0;
+  parallel.double_buffering = flags.get_int("double-buffering") != 0;
+  auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), comm, parallel);
   // --gpu: each rank's part of the model on its GPU; received tensors land there too.
   const Device device = examples::training_device(flags, "train_mnist_data_parallel", comm->intra_rank());
   comm->set_device(device);
@@ -58,14 +74,17 @@ int main(int argc, char** argv) {
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
   auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
   auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer);
+  updater->set_accumulation(static_cast<int>(flags.get_int("accumulate")));
   Trainer trainer(updater, Trigger::epochs(epochs), examples::rank_out(flags, rank), model);
   auto evaluator = create_multi_node_evaluator(std::make_shared<Evaluator>(test_iter, model), comm);
   trainer.extend(evaluator);
   if (rank == 0) {
     std::printf("train_mnist_data_parallel: %d ranks, %lld train / %lld test examples per rank; # unit: %lld  "
-                "# minibatch: %lld per rank  # epoch: %lld\n",
+                "# minibatch: %lld per rank  # epoch: %lld  zero %d, accumulate %lld, buckets of %g MiB%s%s\n",
                 comm->size(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), units,
-                batchsize, epochs);
+                batchsize, epochs, parallel.zero, static_cast<long long>(flags.get_int("accumulate")),
+                parallel.bucket_mb, parallel.overlap ? " overlapped with backward" : " after backward",
+                parallel.double_buffering ? ", double buffering" : "");
     examples::extend_with_report(trainer);
   }
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
