@@ -37,6 +37,15 @@ NoGradientSync::NoGradientSync() : previous_(g_no_sync) { g_no_sync = true; }
 NoGradientSync::~NoGradientSync() { g_no_sync = previous_; }
 bool NoGradientSync::active() { return g_no_sync; }
 
+void gather_released_leaves(const std::vector<std::shared_ptr<VariableNode>>& leaves) {
+  for (const std::shared_ptr<VariableNode>& node : leaves) {
+    if (!node || node->creator) continue;
+    const std::shared_ptr<VariableImpl> variable = node->variable.lock();
+    if (!variable || !variable->data.defined() || !variable->data.storage()->released()) continue;
+    for (BackwardObserver* observer : backward_observers()) observer->leaf_needed(*node);
+  }
+}
+
 std::vector<BackwardObserver*> backward_observers() {
   std::lock_guard<std::mutex> lock(registry_mutex());
   return registry();

@@ -25,7 +25,14 @@ class BackwardObserver {
   virtual void leaf_final(const VariableNode& leaf) { (void)leaf; }
   virtual void function_done() {}
   virtual void backward_finished() {}
+  // A function is about to read a leaf whose memory has been released (a parameter sharded over
+  // ranks, ZeRO-3): in forward, before the function computes; in backward, before its backward.
+  // The observer that owns the leaf gathers it (Storage::restore and fill).
+  virtual void leaf_needed(const VariableNode& leaf) { (void)leaf; }
 };
+
+// Calls leaf_needed on every observer for each leaf among `leaves` whose memory is released.
+void gather_released_leaves(const std::vector<std::shared_ptr<VariableNode>>& leaves);
 
 // Registers an observer for every backward on every thread until the returned handle is
 // destroyed.

@@ -109,6 +109,8 @@ class BackwardEngine {
       }
     }
     function.check_not_released();
+    // Parameters sharded over ranks (ZeRO-3) that this backward reads are gathered first.
+    if (!observers_.empty()) gather_released_leaves(function.inputs());
     function.graph_retained_ = options_.retain_graph;
     std::vector<Tensor> grad_inputs = function.backward(grad_outputs);
     if (!options_.retain_graph) function.release_saved();

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
 #include "autograd/grad_mode.h"
 
@@ -39,6 +40,9 @@ Variables FunctionNode::apply(const Variables& inputs) {
   bool any_requires_grad = false;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     TANDEM_CHECK(inputs[i].defined(), name(), ": input ", i, " is an undefined variable");
+    // A parameter sharded over ranks (ZeRO-3) is gathered just before a function reads it.
+    if (inputs[i].data().defined() && inputs[i].data().storage()->released() && inputs[i].is_leaf())
+      gather_released_leaves({inputs[i].node()});
     input_data.push_back(inputs[i].data());
     any_requires_grad = any_requires_grad || inputs[i].requires_grad();
   }

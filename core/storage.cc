@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/backend.h"
+#include "core/error.h"
 
 namespace tandem {
 
@@ -35,7 +36,24 @@ Storage::Storage(std::size_t nbytes, PinnedHost) : nbytes_(nbytes), device_(Devi
   live_bytes[0].fetch_add(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
 }
 
+void Storage::release() {
+  if (released_) return;
+  TANDEM_CHECK(!pinned_, "Storage::release: pinned host memory cannot be released");
+  live_bytes[live_index(device_)].fetch_sub(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
+  backend_->deallocate(data_, nbytes_, device_.index());
+  data_ = nullptr;
+  released_ = true;
+}
+
+void Storage::restore() {
+  if (!released_) return;
+  data_ = backend_->allocate(nbytes_, device_.index());
+  live_bytes[live_index(device_)].fetch_add(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
+  released_ = false;
+}
+
 Storage::~Storage() {
+  if (released_) return;
   live_bytes[live_index(device_)].fetch_sub(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
   if (pinned_) pinned_allocator.deallocate(data_);
   else backend_->deallocate(data_, nbytes_, device_.index());

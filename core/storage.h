@@ -43,12 +43,21 @@ class Storage {
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
 
+  // Parameters sharded over ranks (ZeRO-3, comm/data_parallel) give their memory back between
+  // uses: release() frees the bytes, restore() allocates them again (contents undefined until
+  // written). Every tensor viewing this storage sees both; reading one while released is an
+  // error (Tensor::raw_data), never a stale pointer.
+  void release();
+  void restore();
+  bool released() const { return released_; }
+
  private:
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   Device device_;
   Backend* backend_ = nullptr;
   bool pinned_ = false;
+  bool released_ = false;
 };
 
 }  // namespace tandem

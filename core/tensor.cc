@@ -61,6 +61,10 @@ std::string Tensor::description() const {
 
 void* Tensor::raw_data() {
   TANDEM_CHECK(defined(), "raw_data: the tensor is undefined");
+  TANDEM_CHECK(!storage_->released(), "the memory of ", dtype_name(dtype_), shape_str(shape_),
+               " has been released: a parameter sharded over ranks (zero = 3) is only readable while its link "
+               "runs (inside a function's forward or backward); elsewhere hold gather_parameters(optimizer) "
+               "(comm/data_parallel) while reading it");
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 

@@ -54,6 +54,12 @@ std::int64_t counter(const NamedTensors& entries, const std::string& name, const
 
 }  // namespace
 
+std::shared_ptr<void> Trainer::gather_parameters() const {
+  Optimizer& optimizer = updater_->optimizer();
+  if (!optimizer.gradient_sync() || !optimizer.has_target()) return nullptr;
+  return optimizer.gradient_sync()->gather_parameters(*optimizer.target());
+}
+
 Trainer::Trainer(std::shared_ptr<StandardUpdater> updater, Trigger stop, std::string out_dir, std::shared_ptr<Link> model)
     : updater_(std::move(updater)), stop_(stop), out_(std::move(out_dir)), model_(std::move(model)) {
   TANDEM_CHECK(updater_ && model_, "Trainer: updater and model are required");
@@ -102,6 +108,8 @@ void Trainer::run() {
 }
 
 void Trainer::save_snapshot(const std::string& path) const {
+  // Parameters sharded over ranks (zero = 3) are gathered whole for the snapshot.
+  const std::shared_ptr<void> whole = gather_parameters();
   NamedTensors entries = with_prefix(link_state(*model_), "model");
   for (auto& e : with_prefix(updater_->optimizer().state_dict(), "optimizer")) entries.push_back(e);
   const IteratorState it = updater_->iterator().state();
@@ -120,6 +128,8 @@ void Trainer::save_snapshot(const std::string& path) const {
 
 void Trainer::load_snapshot(const std::string& path) {
   const NamedTensors entries = read_npz(path);
+  // Sharded parameters (zero = 3) are loaded whole, then sharded again from what was loaded.
+  const std::shared_ptr<void> whole = gather_parameters();
   load_link_state(*model_, with_prefix_removed(entries, "model"), true, path);
   updater_->optimizer().load_state_dict(with_prefix_removed(entries, "optimizer"));
   IteratorState it;

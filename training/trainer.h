@@ -66,6 +66,8 @@ class Trainer {
   // rename), so a crash never leaves a truncated snapshot. Load it before run() to resume.
   void save_snapshot(const std::string& path) const;
   void load_snapshot(const std::string& path);
+  // While the handle lives, the optimizer's sharded parameters (zero = 3) are whole.
+  std::shared_ptr<void> gather_parameters() const;
 
   // Whether a trigger fires at the current iteration.
   bool fires(const Trigger& trigger) const;

@@ -1,5 +1,7 @@
 #include "comm/data_parallel/data_parallel_optimizer.h"
 
+#include <algorithm>
+#include <deque>
 #include <unordered_map>
 
 #include "autograd/backward_observer.h"
@@ -31,9 +33,12 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
         // The buckets' collectives run on a communicator of their own: they are in flight while
         // the model's own communication (a pipeline's, a multi-node batch norm's) goes on.
         comm_(comm->split(0, comm->rank())),
+        // zero = 3's gathers on another: their order and the buckets' are each the same on every
+        // rank, but not their interleaving.
+        gather_comm_(options.zero == 3 ? comm->split(0, comm->rank()) : comm_),
         options_(options) {
-    TANDEM_CHECK(options.zero >= 0 && options.zero <= 2, "create_multi_node_optimizer: zero = ", options.zero,
-                 " (0, 1 or 2: sharding of the optimizer state, then also of the gradients)");
+    TANDEM_CHECK(options.zero >= 0 && options.zero <= 3, "create_multi_node_optimizer: zero = ", options.zero,
+                 " (0 none, 1 the optimizer state sharded, 2 also the gradients, 3 also the parameters)");
     TANDEM_CHECK(!options.double_buffering || options.zero == 0,
                  "create_multi_node_optimizer: double_buffering needs zero = 0 (got zero = ", options.zero, ")");
     TANDEM_CHECK(options.bucket_mb >= 0, "create_multi_node_optimizer: bucket_mb = ", options.bucket_mb,
@@ -42,8 +47,22 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     registration_ = add_backward_observer(this);
   }
 
+  ~DataParallelSync() override {
+    registration_.reset();
+    // Collectives still in flight complete here: their headers would otherwise stay queued in
+    // MPI, for whichever communicator reuses this one's context next.
+    try {
+      for (std::vector<Flight>* flights : {&flights_, &previous_})
+        for (Flight& f : *flights)
+          if (f.pending && !f.result.defined()) f.pending->wait();
+    } catch (const std::exception&) {
+      // Already failing (the error that stops the job has been raised elsewhere).
+    }
+  }
+
   // --- during backward ----------------------------------------------------------------------
   void backward_started() override {
+    if (options_.zero == 3 && plan_) switch_pass(/*backward=*/true);
     ran_backward_ = true;
     in_backward_ = overlap_ && !NoGradientSync::active();
     touched_ = false;
@@ -82,12 +101,57 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   void backward_finished() override {
     if (in_backward_ && touched_) launch_rest();
     in_backward_ = false;
+    if (options_.zero == 3 && plan_) switch_pass(/*backward=*/false);
+  }
+
+  void leaf_needed(const VariableNode& leaf) override {
+    if (options_.zero != 3 || !plan_) return;
+    auto it = node_index_.find(&leaf);
+    if (it != node_index_.end()) demand(plan_->bucket_of(it->second));
+  }
+
+  // --- zero = 3: the parameters live as this rank's stripes; a link's are gathered whole just
+  // before a function reads them and freed soon after ------------------------------------------
+  void attach(Link& target) override {
+    if (options_.zero != 3) return;
+    const NamedParams now = target.namedparams(true);
+    for (const auto& [name, p] : now)
+      TANDEM_CHECK(p.defined(), "create_multi_node_optimizer: zero = 3 shards the parameters at setup, but '", name,
+                   "' is not initialised yet (a lazily sized link, e.g. Linear(-1, n)): give its input size, or run "
+                   "one forward before setup");
+    if (!local_.empty()) return;  // attached already (setup after set_gradient_sync)
+    ensure_plan();
+    if (!plan_) return;
+    // The replicas must agree before each rank keeps its stripes only.
+    if (!replicas_equal(*comm_, target.namedparams())) bcast_data(*comm_, target.namedparams());
+    verified_ = true;
+    local_.clear();
+    for (std::size_t b = 0; b < plan_->buckets().size(); ++b) local_.push_back(take_stripe(b));
+    for (std::size_t b = 0; b < plan_->buckets().size(); ++b) release_bucket(b);
+    reset_passes();
+  }
+
+  std::shared_ptr<void> gather_parameters(Link& target) override {
+    (void)target;
+    if (options_.zero != 3 || !plan_) return nullptr;
+    for (std::size_t b = 0; b < plan_->buckets().size(); ++b) fill_bucket(b);
+    // Afterwards: the stripes from the values then (a snapshot may have loaded new ones).
+    return std::shared_ptr<void>(nullptr, [this](void*) {
+      for (std::size_t b = 0; b < plan_->buckets().size(); ++b) local_[b] = take_stripe(b);
+      for (std::size_t b = 0; b < plan_->buckets().size(); ++b) release_bucket(b);
+      reset_passes();
+    });
   }
 
   // --- the update ---------------------------------------------------------------------------
   bool before_update(Link& target) override {
     ensure_plan();
     if (!plan_) return true;
+    // zero = 3: whatever is gathered now is stale after the update; every rank starts a new pass.
+    if (options_.zero == 3) {
+      for (std::size_t b : materialized_) release_bucket(b);
+      reset_passes();
+    }
     if (!verified_) {
       verified_ = true;
       // Replicas that already agree (the same seed, or resumed from the same snapshot) need no
@@ -126,7 +190,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
 
   void after_update(Link& target) override {
     (void)target;
-    if (options_.zero == 0 || !plan_) return;
+    if (options_.zero == 0 || options_.zero == 3 || !plan_) return;
     // Each rank updated its stripes of every bucket; every rank gets all of them.
     const int me = comm_->rank();
     for (const GradientBucket& bucket : plan_->buckets()) {
@@ -159,12 +223,14 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     if (!optimizer || !optimizer->has_target()) return;
     const NamedParams now = optimizer->target()->namedparams();
     if (plan_ && plan_->matches(now)) return;
+    TANDEM_CHECK(!(options_.zero == 3 && plan_), "create_multi_node_optimizer: zero = 3: the model's parameters "
+                 "changed after setup (a link added, or a lazily sized one initialised); they are sharded at setup");
     drop_flights(false);
     previous_.clear();
     NamedParams reversed(now.rbegin(), now.rend());
     plan_ = now.empty() ? nullptr
                         : std::make_unique<GradientPlan>(std::move(reversed), options_.bucket_mb, options_.zero > 0,
-                                                         comm_->size());
+                                                         comm_->size(), options_.zero == 3);
     node_index_.clear();
     shards_.clear();
     if (plan_)
@@ -208,7 +274,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     Flight& f = flights_[b];
     f.send = flat;
     f.result = Tensor();
-    f.pending = options_.zero == 2 ? comm_->start_reduce_scatter_sum(flat, bucket.digest, kOperation)
+    f.pending = options_.zero >= 2 ? comm_->start_reduce_scatter_sum(flat, bucket.digest, kOperation)
                                    : comm_->start_allreduce_sum(flat, bucket.digest, kOperation);
   }
 
@@ -312,7 +378,100 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   }
   // This rank's slice of a parameter: a view of its memory, updated in place.
   Variable shard_variable(const StripePiece& p) const {
+    if (options_.zero == 3) return Variable(local_[plan_->bucket_of(p.param)].slice_rows(p.at, p.at + p.end - p.begin));
     return Variable(param_flat(p.param).slice_rows(p.begin, p.end));
+  }
+
+  // zero = 3 -----------------------------------------------------------------------------------
+  // This rank's stripe of bucket b, from the parameters' values.
+  Tensor take_stripe(std::size_t b) const {
+    const GradientBucket& bucket = plan_->buckets()[b];
+    const Device device = plan_->params()[bucket.params.front()].second.data().device();
+    Tensor mine = zeros({bucket.stripe_data}, bucket.dtype, device);
+    for (const StripePiece& p : plan_->stripe_pieces(bucket, comm_->rank()))
+      mine.slice_rows(p.at, p.at + p.end - p.begin).copy_(param_flat(p.param).slice_rows(p.begin, p.end));
+    return mine;
+  }
+  void release_bucket(std::size_t b) {
+    for (std::size_t i : plan_->buckets()[b].params) plan_->params()[i].second.data().storage()->release();
+  }
+  // Gives bucket b's parameters their memory back, filled from every rank's stripe (collective).
+  void fill_bucket(std::size_t b) {
+    const GradientBucket& bucket = plan_->buckets()[b];
+    const std::vector<Tensor> all = gather_comm_->allgather(local_[b]);
+    for (std::size_t i : bucket.params) plan_->params()[i].second.data().storage()->restore();
+    for (int s = 0; s < comm_->size(); ++s) {
+      const Tensor theirs = all[s].to(local_[b].device());
+      for (const StripePiece& p : plan_->stripe_pieces(bucket, s))
+        param_flat(p.param).slice_rows(p.begin, p.end).copy_(theirs.slice_rows(p.at, p.at + p.end - p.begin));
+    }
+  }
+
+  // The gathers follow one order on every rank, whatever each rank's model reads: a pass (a
+  // forward, or a backward) gathers the links in the order they run (forward: registration
+  // order; backward: the reverse), each once. A function that reads link b gathers every link
+  // from the pass's cursor up to b (those it skips still travel: another rank may read them),
+  // and the pass's end gathers the rest. At most kKept links stay gathered (the last ones
+  // gathered: the same set on every rank); one read again after it was freed starts a new pass.
+  static constexpr std::size_t kKept = 2;
+
+  std::size_t pass_position(std::size_t b) const {
+    return backward_pass_ ? b : plan_->buckets().size() - 1 - b;
+  }
+  std::size_t pass_bucket(std::size_t position) const {
+    return backward_pass_ ? position : plan_->buckets().size() - 1 - position;
+  }
+  bool is_materialized(std::size_t b) const {
+    return std::find(materialized_.begin(), materialized_.end(), b) != materialized_.end();
+  }
+
+  void demand(std::size_t b) {
+    if (gathered_in_pass_[b]) {
+      if (is_materialized(b)) return;
+      finish_pass();  // read again after it was freed: the rest of this pass, then a new one
+    }
+    const std::size_t target = pass_position(b);
+    while (cursor_ <= target) gather_next();
+  }
+
+  void gather_next() {
+    const std::size_t b = pass_bucket(cursor_++);
+    gathered_in_pass_[b] = true;
+    // Still gathered from before (the last links of a forward are the first of its backward):
+    // the same on every rank, so no rank communicates for it.
+    auto it = std::find(materialized_.begin(), materialized_.end(), b);
+    if (it != materialized_.end()) {
+      materialized_.erase(it);
+    } else {
+      fill_bucket(b);
+    }
+    materialized_.push_back(b);
+    while (materialized_.size() > kKept) {
+      release_bucket(materialized_.front());
+      materialized_.pop_front();
+    }
+  }
+
+  void finish_pass() {
+    while (cursor_ < plan_->buckets().size()) gather_next();
+    cursor_ = 0;
+    std::fill(gathered_in_pass_.begin(), gathered_in_pass_.end(), false);
+  }
+
+  void switch_pass(bool backward) {
+    finish_pass();
+    backward_pass_ = backward;
+    if (!backward) {  // the end of a step's backward: nothing stays gathered
+      for (std::size_t b : materialized_) release_bucket(b);
+      materialized_.clear();
+    }
+  }
+
+  void reset_passes() {
+    materialized_.clear();
+    cursor_ = 0;
+    backward_pass_ = false;
+    gathered_in_pass_.assign(plan_->buckets().size(), false);
   }
   void make_shards() {
     shards_.clear();
@@ -366,6 +525,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
 
   std::weak_ptr<Optimizer> optimizer_;
   CommunicatorPtr comm_;
+  CommunicatorPtr gather_comm_;
   DataParallelOptions options_;
   bool overlap_ = true;
   std::unique_ptr<GradientPlan> plan_;
@@ -380,10 +540,22 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   std::vector<Flight> flights_;  // this step's
   std::vector<Flight> previous_;  // double buffering: the last step's, still travelling
   NamedParams shards_;           // zero >= 1: this rank's slices, with their averaged gradients
+  // zero = 3: this rank's stripe of each bucket (the parameters' only lasting copy), the buckets
+  // gathered now (oldest first), and the pass.
+  std::vector<Tensor> local_;
+  std::deque<std::size_t> materialized_;
+  std::vector<bool> gathered_in_pass_;
+  std::size_t cursor_ = 0;
+  bool backward_pass_ = false;
   std::shared_ptr<void> registration_;  // last: unregisters first
 };
 
 }  // namespace
+
+std::shared_ptr<void> gather_parameters(Optimizer& optimizer) {
+  if (!optimizer.gradient_sync() || !optimizer.has_target()) return nullptr;
+  return optimizer.gradient_sync()->gather_parameters(*optimizer.target());
+}
 
 void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, CommunicatorPtr comm,
                                 const DataParallelOptions& options) {

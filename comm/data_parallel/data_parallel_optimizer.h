@@ -32,4 +32,10 @@ namespace tandem {
 void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, CommunicatorPtr comm,
                                 const DataParallelOptions& options);
 
+// zero = 3: while the returned handle lives, every parameter of the optimizer's target is whole
+// and readable (to save, print or compare them); when it goes, the ranks take their stripes back
+// from the values then. Collective over the data-parallel ranks. Null (nothing to do) for an
+// optimizer whose parameters are not sharded.
+std::shared_ptr<void> gather_parameters(Optimizer& optimizer);
+
 }  // namespace tandem

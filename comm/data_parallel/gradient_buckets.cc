@@ -7,13 +7,24 @@
 
 namespace tandem {
 
-GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks)
+namespace {
+std::string owner(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+}  // namespace
+
+GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks, bool by_link)
     : params_(std::move(params)), bucket_of_(params_.size()), ranks_(ranks) {
   const double limit = bucket_mb > 0 ? bucket_mb * 1024 * 1024 : 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Variable& p = params_[i].second;
-    const bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
-                      (limit == 0 || double(buckets_.back().numel) * dtype_size(p.dtype()) < limit);
+    bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype();
+    if (fits && by_link) {
+      fits = owner(params_[buckets_.back().params.back()].first) == owner(params_[i].first);
+    } else if (fits) {
+      fits = limit == 0 || double(buckets_.back().numel) * dtype_size(p.dtype()) < limit;
+    }
     if (!fits) {
       buckets_.emplace_back();
       buckets_.back().dtype = p.dtype();

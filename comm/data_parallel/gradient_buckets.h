@@ -40,8 +40,10 @@ struct StripePiece {
 
 class GradientPlan {
  public:
-  // params in the order the buckets take them; ranks: the communicator's size.
-  GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks);
+  // params in the order the buckets take them; ranks: the communicator's size. by_link: one
+  // bucket per link (the parameters whose paths share everything up to the last '/') and dtype,
+  // whatever its size (zero = 3 gathers and frees a link's parameters together).
+  GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks, bool by_link = false);
 
   const NamedParams& params() const { return params_; }
   const std::vector<GradientBucket>& buckets() const { return buckets_; }

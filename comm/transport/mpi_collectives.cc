@@ -177,8 +177,8 @@ MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root
   return header;
 }
 
-std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std::function<Header(int)>& header_for,
-                                                                       bool same_shape) {
+std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& header_for, std::vector<Header>& all,
+                                          std::vector<MPI_Request>& requests, KeepAlive& keep_alive) {
   TANDEM_CHECK(broken_.empty(), "comm: this communicator can run no more collectives on rank ", rank_, ": ", broken_,
                "; create a new communicator (or end the job)");
   const std::int64_t sequence = collective_sequence_++;
@@ -192,11 +192,10 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
     return header;
   };
   reap_orphans();
-  std::vector<Header> all(size_);
+  all.assign(size_, Header());
   all[rank_] = finish(header_for(rank_));
   auto shared_buffers = std::make_shared<std::vector<std::vector<char>>>(size_);
   std::vector<std::vector<char>>& buffers = *shared_buffers;
-  std::vector<MPI_Request> requests;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     comm_detail::encode_header(finish(header_for(peer)), buffers[peer]);
@@ -205,20 +204,48 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
                         comm_, &requests.back()),
               "MPI_Isend");
   }
+  keep_alive.push_back(shared_buffers);
+  return sequence;
+}
+
+bool MpiCommunicator::take_header(int peer, const WaitContext* blocking, Header& out) {
+  auto early = early_collective_headers_.find(peer);
+  if (early != early_collective_headers_.end() && !early->second.empty()) {
+    out = early->second.front();
+    early->second.pop_front();
+    return true;
+  }
+  std::vector<char> bytes;
+  if (blocking) {
+    bytes = receive_message_bytes(peer, kCollectiveTag, *blocking);
+  } else if (!try_receive(peer, kCollectiveTag, bytes)) {
+    return false;
+  }
+  out = comm_detail::decode_header(bytes.data(), bytes.size(), peer).header;
+  return true;
+}
+
+std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std::function<Header(int)>& header_for,
+                                                                       bool same_shape) {
+  // Started collectives whose headers are still on their way come first: their headers were
+  // sent before this one's.
+  complete_started_headers();
+  std::vector<Header> all;
+  std::vector<MPI_Request> requests;
+  KeepAlive keep_alive;
+  post_headers(header_for, all, requests, keep_alive);
   const std::string operation = all[rank_].describe();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    auto early = early_collective_headers_.find(peer);
-    if (early != early_collective_headers_.end() && !early->second.empty()) {
-      all[peer] = early->second.front();
-      early->second.pop_front();
-      continue;
-    }
-    const std::vector<char> bytes = receive_message_bytes(peer, kCollectiveTag, WaitContext{operation, peer, true});
-    all[peer] = comm_detail::decode_header(bytes.data(), bytes.size(), peer).header;
+    const WaitContext context{operation, peer, true};
+    take_header(peer, &context, all[peer]);
   }
-  wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true}, {shared_buffers});
+  wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
+  check_headers(all, same_shape);
+  return all;
+}
 
+void MpiCommunicator::check_headers(const std::vector<Header>& all, bool same_shape) const {
   // The verdict: every rank sees every header and applies the same rules.
   const Header& first = all[0];
   const Header* typed = nullptr;
@@ -246,7 +273,6 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
     for (int r = 0; r < size_; ++r) out << (r ? ";" : "") << " rank " << r << " is in " << all[r].describe();
     TANDEM_FAIL(out.str());
   }
-  return all;
 }
 
 void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, const char* operation,
@@ -753,29 +779,34 @@ std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, i
 
 // --- collectives that overlap computation ---------------------------------------------------
 
-// The data phase of a started collective: its requests, the buffers they use, and where the
-// result goes. Completes as finish_collective does (a failure breaks the communicator).
+// A started collective (mpi_communicator.h): its headers may still be on their way; the data
+// phase completes as finish_collective's does (a failure breaks the communicator).
 class MpiPendingCollective final : public PendingCollective {
  public:
-  MpiPendingCollective(std::shared_ptr<MpiCommunicator> comm, std::vector<MPI_Request> requests,
-                       MpiCommunicator::KeepAlive keep_alive, Tensor result, Device device, std::string operation)
-      : comm_(std::move(comm)),
-        requests_(std::move(requests)),
-        keep_alive_(std::move(keep_alive)),
-        result_(std::move(result)),
-        device_(device),
-        operation_(std::move(operation)),
-        sequence_(comm_->collective_sequence_ - 1) {}
+  MpiPendingCollective(std::shared_ptr<MpiCommunicator> comm, std::shared_ptr<MpiCommunicator::StartedCollective> state,
+                       Tensor result, Device device)
+      : comm_(std::move(comm)), state_(std::move(state)), result_(std::move(result)), device_(device) {}
 
   ~MpiPendingCollective() override {
-    // Dropped unfinished: MPI may still write the buffers, which stay alive until it is done.
-    if (!done_) comm_->orphans_.push_back(MpiCommunicator::Orphan{requests_, keep_alive_});
+    if (done_) return;
+    // Dropped unfinished: MPI may still use the buffers, which stay alive until it is done. One
+    // whose peers' headers were never taken leaves them queued for the next collective: none may run.
+    comm_->orphans_.push_back(MpiCommunicator::Orphan{state_->requests, state_->keep_alive});
+    if (!state_->data_posted) {
+      auto& started = comm_->started_;
+      started.erase(std::remove(started.begin(), started.end(), state_), started.end());
+      comm_->broken_ = detail::concat(state_->operation, " (collective #", state_->sequence,
+                                      ") was abandoned before its peers' headers arrived");
+    }
   }
 
   bool test() override {
     if (done_) return true;
+    comm_->progress_started(nullptr, false);
+    if (!state_->data_posted) return false;
     int done = 0;
-    check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
+    check_mpi(MPI_Testall(static_cast<int>(state_->requests.size()), state_->requests.data(), &done,
+                          MPI_STATUSES_IGNORE),
               "MPI_Testall");
     done_ = done != 0;
     return done_;
@@ -783,9 +814,11 @@ class MpiPendingCollective final : public PendingCollective {
 
   Tensor wait() override {
     if (!done_) {
-      const std::string what = detail::concat(operation_, " (collective #", sequence_, ")");
+      comm_->progress_started(state_.get(), true);
+      const std::string what = detail::concat(state_->operation, " (collective #", state_->sequence, ")");
       try {
-        comm_->wait_all(requests_, MpiCommunicator::WaitContext{what, -1, true, sequence_}, keep_alive_);
+        comm_->wait_all(state_->requests, MpiCommunicator::WaitContext{what, -1, true, state_->sequence},
+                        state_->keep_alive);
       } catch (const Error& e) {
         done_ = true;  // wait_all has set the requests aside
         comm_->broken_ = detail::concat(what, " failed in flight (", e.what(), ")");
@@ -798,14 +831,49 @@ class MpiPendingCollective final : public PendingCollective {
 
  private:
   std::shared_ptr<MpiCommunicator> comm_;
-  std::vector<MPI_Request> requests_;
-  MpiCommunicator::KeepAlive keep_alive_;
+  std::shared_ptr<MpiCommunicator::StartedCollective> state_;
   Tensor result_;
   Device device_;
-  std::string operation_;
-  std::int64_t sequence_;
   bool done_ = false;
 };
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_collective(
+    Header mine, bool same_shape, const char* operation, std::function<void(std::vector<MPI_Request>&)> post_data,
+    KeepAlive keep_alive, Tensor result, Device device) {
+  auto state = std::make_shared<StartedCollective>();
+  state->sequence = post_headers([&](int) { return mine; }, state->all, state->requests, state->keep_alive);
+  // The data phase is the pending collective's from here: the next header is not "abandoned".
+  collective_open_ = false;
+  state->have.assign(size_, false);
+  state->have[rank_] = true;
+  state->same_shape = same_shape;
+  state->post_data = std::move(post_data);
+  state->operation = operation;
+  for (auto& k : keep_alive) state->keep_alive.push_back(std::move(k));
+  started_.push_back(state);
+  progress_started(nullptr, false);
+  return std::make_unique<MpiPendingCollective>(std::static_pointer_cast<MpiCommunicator>(shared_from_this()),
+                                                std::move(state), std::move(result), device);
+}
+
+void MpiCommunicator::progress_started(const StartedCollective* until, bool blocking) {
+  while (!started_.empty()) {
+    StartedCollective& c = *started_.front();
+    const std::string operation = c.all[rank_].describe();
+    for (int peer = 0; peer < size_; ++peer) {
+      if (c.have[peer]) continue;
+      const WaitContext context{operation, peer, true};
+      if (!take_header(peer, blocking ? &context : nullptr, c.all[peer])) return;
+      c.have[peer] = true;
+    }
+    const std::shared_ptr<StartedCollective> keep = started_.front();
+    started_.pop_front();
+    check_headers(c.all, c.same_shape);  // the same verdict on every rank
+    c.post_data(c.requests);
+    c.data_posted = true;
+    if (&c == until) return;
+  }
+}
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Tensor& x, std::uint64_t digest,
                                                                         const char* operation) {
@@ -813,20 +881,18 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Te
   // A device transport moves CUDA tensors in device order already: the blocking form.
   if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
+  const int count = checked_int(x.nbytes(), operation) / static_cast<int>(dtype_size(x.dtype()));
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.digest = digest;
-  exchange_headers([&](int) { return mine; }, true);
   const Tensor send = comm_detail::host_for_mpi(x);
   Tensor y(x.shape(), x.dtype());
-  std::vector<MPI_Request> requests(1);
-  check_mpi(MPI_Iallreduce(send.raw_data(), y.raw_data(), checked_int(x.nbytes(), operation) / dtype_size(x.dtype()),
-                           type, MPI_SUM, comm_, &requests[0]),
-            "MPI_Iallreduce");
-  // The data phase is the pending collective's from here: the next header is not "abandoned".
-  collective_open_ = false;
-  return std::make_unique<MpiPendingCollective>(std::static_pointer_cast<MpiCommunicator>(shared_from_this()),
-                                                std::move(requests), KeepAlive{send.storage(), y.storage()}, y,
-                                                x.device(), operation);
+  MPI_Comm comm = comm_;
+  auto post = [send, y, count, type, comm](std::vector<MPI_Request>& requests) mutable {
+    requests.emplace_back();
+    check_mpi(MPI_Iallreduce(send.raw_data(), y.raw_data(), count, type, MPI_SUM, comm, &requests.back()),
+              "MPI_Iallreduce");
+  };
+  return start_collective(mine, true, operation, post, KeepAlive{send.storage(), y.storage()}, y, x.device());
 }
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
@@ -836,18 +902,16 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter_sum(con
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   Header mine = collective_header(OpKind::reduce_scatter, -1, &x);
   mine.digest = digest;
-  exchange_headers([&](int) { return mine; }, true);
   const Tensor send = comm_detail::host_for_mpi(x);
   Tensor y(stripes[0].shape(), x.dtype());
-  std::vector<MPI_Request> requests(1);
-  check_mpi(MPI_Ireduce_scatter_block(send.raw_data(), y.raw_data(),
-                                      checked_int(y.nbytes(), operation) / dtype_size(x.dtype()), type, MPI_SUM,
-                                      comm_, &requests[0]),
-            "MPI_Ireduce_scatter_block");
-  collective_open_ = false;
-  return std::make_unique<MpiPendingCollective>(std::static_pointer_cast<MpiCommunicator>(shared_from_this()),
-                                                std::move(requests), KeepAlive{send.storage(), y.storage()}, y,
-                                                x.device(), operation);
+  const int count = checked_int(y.nbytes(), operation) / static_cast<int>(dtype_size(x.dtype()));
+  MPI_Comm comm = comm_;
+  auto post = [send, y, count, type, comm](std::vector<MPI_Request>& requests) mutable {
+    requests.emplace_back();
+    check_mpi(MPI_Ireduce_scatter_block(send.raw_data(), y.raw_data(), count, type, MPI_SUM, comm, &requests.back()),
+              "MPI_Ireduce_scatter_block");
+  };
+  return start_collective(mine, true, operation, post, KeepAlive{send.storage(), y.storage()}, y, x.device());
 }
 
 }  // namespace tandem

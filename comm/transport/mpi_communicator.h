@@ -199,6 +199,37 @@ class MpiCommunicator : public Communicator {
   FlatExchange exchange_pieces(const std::vector<Tensor>& xs, comm_detail::OpKind kind, const char* operation,
                                const Shape* row_shape);
   std::vector<Header> exchange_headers(const std::function<Header(int peer)>& header_for, bool same_shape);
+  // exchange_headers in parts: post this rank's headers to every peer (the sends' requests and
+  // buffers appended), take one peer's next collective header (blocking with a context, else
+  // only if it has arrived), and the verdict (throws the disagreement error).
+  std::int64_t post_headers(const std::function<Header(int peer)>& header_for, std::vector<Header>& all,
+                            std::vector<MPI_Request>& requests, KeepAlive& keep_alive);
+  bool take_header(int peer, const WaitContext* blocking, Header& out);
+  void check_headers(const std::vector<Header>& all, bool same_shape) const;
+
+  // --- collectives started now and completed later (start_*, mpi_collectives.cc) -------------
+  // Their headers go out at once; the peers' are taken as they arrive (in the order the
+  // collectives started), and the data phase is posted once they agree, so a rank never waits
+  // for its peers to start.
+  struct StartedCollective {
+    std::vector<Header> all;
+    std::vector<bool> have;  // per rank: its header is in `all`
+    bool same_shape = true;
+    std::vector<MPI_Request> requests;  // the header sends, then the data phase
+    KeepAlive keep_alive;
+    std::function<void(std::vector<MPI_Request>&)> post_data;
+    bool data_posted = false;
+    std::string operation;
+    std::int64_t sequence = 0;
+  };
+  std::unique_ptr<PendingCollective> start_collective(Header mine, bool same_shape, const char* operation,
+                                                      std::function<void(std::vector<MPI_Request>&)> post_data,
+                                                      KeepAlive keep_alive, Tensor result, Device device);
+  // Takes the started collectives' headers in order and posts their data phases; blocking: until
+  // `until`'s is posted (or all, when null); otherwise as far as the headers have arrived.
+  void progress_started(const StartedCollective* until, bool blocking);
+  void complete_started_headers() { progress_started(nullptr, true); }
+  std::deque<std::shared_ptr<StartedCollective>> started_;
   Header collective_header(comm_detail::OpKind kind, int root, const Tensor* typed);
   void check_root(int root, const char* operation) const;
   void check_defined(const Tensor& x, const char* operation) const;

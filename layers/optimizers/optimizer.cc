@@ -10,6 +10,12 @@ namespace tandem {
 void Optimizer::setup(LinkPtr target) {
   TANDEM_CHECK(target != nullptr, type_name(), "::setup: the target link is null");
   target_ = std::move(target);
+  if (sync_) sync_->attach(*target_);
+}
+
+void Optimizer::set_gradient_sync(std::shared_ptr<GradientSync> sync) {
+  sync_ = std::move(sync);
+  if (sync_ && target_) sync_->attach(*target_);
 }
 
 const LinkPtr& Optimizer::target() const {

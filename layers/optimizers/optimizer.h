@@ -41,6 +41,16 @@ class GradientSync {
   // A sum whose terms are spread over the ranks that share the parameters (a hook's sum of
   // squared gradients, when each rank holds a slice): the total. Unsharded: the local sum.
   virtual double total_over_shards(double local) { return local; }
+  // Called by Optimizer::setup (and set_gradient_sync after it): a sync that shards the
+  // parameters themselves (ZeRO-3) takes them over here.
+  virtual void attach(Link& target) { (void)target; }
+  // While the returned handle lives, every parameter of the target is whole and readable (a
+  // snapshot saves or loads them); when it goes, a sharded sync takes them back from their
+  // values then. Collective where the sync is. Null: they always are.
+  virtual std::shared_ptr<void> gather_parameters(Link& target) {
+    (void)target;
+    return nullptr;
+  }
 };
 
 class Optimizer {
@@ -58,7 +68,7 @@ class Optimizer {
   void update();
   void update(const std::function<Variable()>& lossfun);
   void add_hook(std::shared_ptr<OptimizerHook> hook);
-  void set_gradient_sync(std::shared_ptr<GradientSync> sync) { sync_ = std::move(sync); }
+  void set_gradient_sync(std::shared_ptr<GradientSync> sync);
   const std::shared_ptr<GradientSync>& gradient_sync() const { return sync_; }
 
   // The parameters the update rules and hooks run on (GradientSync::update_params): the target's,
