@@ -218,6 +218,18 @@ void Link::add_child(const std::string& name, LinkPtr child) {
   children_.emplace_back(name, std::move(child));
 }
 
+void Link::replace_child(const std::string& name, LinkPtr link) {
+  TANDEM_CHECK(link != nullptr, type_name(), ": replace_child: the replacement for '", name, "' is null");
+  for (auto& entry : children_) {
+    if (entry.first != name) continue;
+    link->set_train(train_);
+    if (link->device() != device_) link->to(device_);
+    entry.second = std::move(link);
+    return;
+  }
+  TANDEM_FAIL(type_name(), ": replace_child: no child '", name, "' (has: ", list_names(children_), ")");
+}
+
 LinkPtr Chain::child(const std::string& name) const {
   for (const auto& entry : children())
     if (entry.first == name) return entry.second;

@@ -84,6 +84,11 @@ class Link {
 
   // The named children (empty for plain links).
   const std::vector<std::pair<std::string, LinkPtr>>& children() const { return children_; }
+  // Puts `link` where the child `name` was: same name, same place in paths and in the order of
+  // namedparams, moved to this link's device and train mode. For converters that swap one kind
+  // of layer for another (create_mnbn_model). A subclass that keeps its own pointer to the old
+  // child still calls that one: the converter must take care of it. Errors: no such child.
+  void replace_child(const std::string& name, LinkPtr link);
 
   // The parameter or buffer of this link itself; errors name the link and list what exists.
   Variable& param(const std::string& name);

@@ -18,6 +18,7 @@ BatchNormalization::BatchNormalization(std::int64_t size, double decay, double e
 }
 
 Variable BatchNormalization::forward(const Variable& x) {
+  if (replacement_) return replacement_->forward(x);
   if (is_train() && train_mode()) {
     count_batch();
     return functions::batch_normalization(x, param("gamma"), param("beta"), eps_, &persistent("avg_mean"),

@@ -16,6 +16,15 @@ class BatchNormalization : public Link {
 
   Variable& gamma() { return param("gamma"); }
   Variable& beta() { return param("beta"); }
+  double decay() const { return decay_; }
+  double eps() const { return eps_; }
+
+  // Makes forward() run `replacement` instead: a link that holds this one's very parameters and
+  // buffers (create_mnbn_model's MultiNodeBatchNormalization), put in this link's place in the
+  // model. A chain that calls its BatchNormalization through a member pointer, not through
+  // children(), then reaches the replacement too. Null restores this link's own forward.
+  void forward_to(LinkPtr replacement) { replacement_ = std::move(replacement); }
+  const LinkPtr& replacement() const { return replacement_; }
 
  protected:
   // N += 1, in place on the link's device: no host round trip (reading N with item() made every
@@ -23,6 +32,9 @@ class BatchNormalization : public Link {
   void count_batch();
 
   double decay_, eps_;
+
+ private:
+  LinkPtr replacement_;
 };
 
 }  // namespace tandem

@@ -172,6 +172,23 @@ TEST_CASE("Chain::get reports missing children and wrong types", "[link]") {
   REQUIRE_THROWS_WITH(mlp.get<Classifier>("l1"), Catch::Contains("Linear"));
 }
 
+TEST_CASE("replace_child puts a link in another's place, in its parent's mode", "[link]") {
+  ChainList list;
+  list.append(std::make_shared<Linear>(2, 3));
+  list.append(std::make_shared<Linear>(3, 1));
+  list.set_train(false);
+  auto wider = std::make_shared<Linear>(2, 4);
+  list.replace_child("0", wider);
+  REQUIRE(list[0] == wider);
+  REQUIRE_FALSE(wider->is_train());
+  std::vector<std::string> names;
+  for (auto& entry : list.namedparams()) names.push_back(entry.first + shape_str(entry.second.shape()));
+  REQUIRE(names == std::vector<std::string>{"0/W[4, 2]", "0/b[4]", "1/W[1, 3]", "1/b[1]"});
+  REQUIRE_THROWS_WITH(list.replace_child("2", wider), Catch::Contains("ChainList: replace_child: no child '2'") &&
+                                                          Catch::Contains("0, 1"));
+  REQUIRE_THROWS_WITH(list.replace_child("1", nullptr), Catch::Contains("the replacement for '1' is null"));
+}
+
 TEST_CASE("to(device) keeps parameters on the CPU and refuses a GPU this build or machine lacks", "[link]") {
   auto mlp = std::make_shared<MLP>();
   REQUIRE(&mlp->to(Device::cpu()) == mlp.get());

@@ -62,6 +62,22 @@ TEST_CASE("BatchNormalization normalises in training and uses running statistics
   REQUIRE(names == std::vector<std::string>{"avg_mean", "avg_var", "N"});
 }
 
+TEST_CASE("BatchNormalization::forward_to runs the replacement instead, until reset", "[links][bn]") {
+  auto bn = std::make_shared<BatchNormalization>(2, 0.8, 1e-3);
+  REQUIRE(bn->decay() == 0.8);
+  REQUIRE(bn->eps() == 1e-3);
+  auto replacement = std::make_shared<BatchNormalization>(2);
+  bn->forward_to(replacement);
+  REQUIRE(bn->replacement() == replacement);
+  const Variable x(from_vector<float>({1, 10, 3, 30}, {2, 2}));
+  (*bn)(x);
+  REQUIRE(replacement->persistent("N").item() == 1);  // the replacement ran, not bn
+  REQUIRE(bn->persistent("N").item() == 0);
+  bn->forward_to(nullptr);
+  (*bn)(x);
+  REQUIRE(bn->persistent("N").item() == 1);
+}
+
 TEST_CASE("NStepLSTM names its parameters like Chainer and returns each sequence's final state", "[links][lstm]") {
   manual_seed(1);
   NStepLSTM lstm(2, 3, 4);
