@@ -10,14 +10,20 @@
 //                                --form explicit), for the cost of MultiNodeChainList itself.
 //   dp.mlp.train.{sgd,adam}      data parallel, as examples/mnist/train_mnist_data_parallel.cc: the
 //                                whole MLP on every rank, its own batch of 100 per rank, and
-//                                create_multi_node_optimizer (one packed allreduce of the mean
-//                                gradient per update).
+//                                create_multi_node_optimizer(optimizer, comm, DataParallelOptions())
+//                                with its defaults: buckets of 4 MiB whose allreduce starts while
+//                                backward runs (overlap), no sharding.
+//   dp.mlp.train.{sgd,adam}.after   the same options with overlap = false: every bucket's
+//                                allreduce after backward, at update.
+//   dp.mlp.train.{sgd,adam}.packed  the old overload create_multi_node_optimizer(optimizer, comm):
+//                                one packed allreduce of every gradient per update.
 // SGD lr 0.01 / Adam lr 1e-3; batch 100 per rank, 20 random batches cycled (inputs uniform in
 // [0, 1), labels uniform in 0..9; the same on both ranks for mp, seeded per rank for dp). A step
 // is Optimizer::update(lossfun): clear grads + forward + loss + backward (+ allreduce) + update.
 // The reference's methodology: a barrier before every step, the step's time is the max over the
 // ranks, 10 warm-up and 50 timed steps, median. Rank 0 prints the lines, with samples_per_s (100
 // per step for mp, 100 x ranks for dp) and the last step's loss (CHECK=FAIL if it is not finite).
+// The three dp lines of a kind run one after the other in the same process, to be compared.
 //
 //   bazel build -c opt //bench:mlp_parallel_bench
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 /usr/bin/mpiexec.mpich -n 2 $BIN/bench/mlp_parallel_bench
@@ -37,6 +43,7 @@
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
 #include "comm/transport/communicator.h"
+#include "comm/data_parallel/data_parallel_options.h"
 #include "comm/functions.h"
 #include "comm/links/multi_node_chain_list.h"
 #include "comm/optimizers/multi_node_optimizer.h"
@@ -213,14 +220,27 @@ void model_parallel(Context& c, const std::string& kind, bool explicit_form) {
   });
 }
 
+// How the data-parallel lines sync gradients: the id's suffix after dp.mlp.train.<kind>.
+enum class DataParallelForm { kOverlap, kAfter, kPacked };
+
 // Data parallel through create_multi_node_optimizer.
-void data_parallel(Context& c, const std::string& kind) {
+void data_parallel(Context& c, const std::string& kind, DataParallelForm form) {
   manual_seed(0);  // the same initial weights on every rank: the first update goes ahead at once
   auto model = std::make_shared<MLP>();
   const Batches data = make_batches(1 + static_cast<std::uint64_t>(c.rank));  // different data per rank
-  auto optimizer = create_multi_node_optimizer(make_optimizer(kind), c.comm);
+  std::shared_ptr<Optimizer> optimizer;
+  std::string suffix;
+  if (form == DataParallelForm::kPacked) {
+    optimizer = create_multi_node_optimizer(make_optimizer(kind), c.comm);
+    suffix = ".packed";
+  } else {
+    DataParallelOptions options;  // the defaults: overlap, buckets of 4 MiB, zero = 0
+    options.overlap = form == DataParallelForm::kOverlap;
+    optimizer = create_multi_node_optimizer(make_optimizer(kind), c.comm, options);
+    if (!options.overlap) suffix = ".after";
+  }
   optimizer->setup(model);
-  run_steps(c, "dp.mlp.train." + kind, double(B) * c.np, [&](int i) {
+  run_steps(c, "dp.mlp.train." + kind + suffix, double(B) * c.np, [&](int i) {
     Variable loss;
     optimizer->update([&] { return loss = F::softmax_cross_entropy((*model)(data.xs[i % NB]), data.ts[i % NB]); });
     return loss;
@@ -263,7 +283,9 @@ int main() {
   }
   for (const std::string kind : {"sgd", "adam"}) {  // the reference's order
     if (mp) model_parallel(c, kind, false);
-    if (dp) data_parallel(c, kind);
+    if (dp)
+      for (DataParallelForm form : {DataParallelForm::kOverlap, DataParallelForm::kAfter, DataParallelForm::kPacked})
+        data_parallel(c, kind, form);
     if (mp) model_parallel(c, kind, true);
   }
   MPI_Barrier(MPI_COMM_WORLD);
