@@ -122,8 +122,12 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     if (!local_.empty()) return;  // attached already (setup after set_gradient_sync)
     ensure_plan();
     if (!plan_) return;
-    // The replicas must agree before each rank keeps its stripes only.
-    if (!replicas_equal(*comm_, target.namedparams())) bcast_data(*comm_, target.namedparams());
+    // The replicas must agree before each rank keeps its stripes only. As at the other stages,
+    // the first update after a broadcast is skipped, so that every stage trains alike.
+    if (!replicas_equal(*comm_, target.namedparams())) {
+      bcast_data(*comm_, target.namedparams());
+      skip_first_update_ = true;
+    }
     verified_ = true;
     local_.clear();
     for (std::size_t b = 0; b < plan_->buckets().size(); ++b) local_.push_back(take_stripe(b));
@@ -137,6 +141,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     for (std::size_t b = 0; b < plan_->buckets().size(); ++b) fill_bucket(b);
     // Afterwards: the stripes from the values then (a snapshot may have loaded new ones).
     return std::shared_ptr<void>(nullptr, [this](void*) {
+      // Replicas loaded from one snapshot agree: a resumed run loses no step to the broadcast.
+      if (skip_first_update_ && replicas_equal(*comm_, plan_->params())) skip_first_update_ = false;
       for (std::size_t b = 0; b < plan_->buckets().size(); ++b) local_[b] = take_stripe(b);
       for (std::size_t b = 0; b < plan_->buckets().size(); ++b) release_bucket(b);
       reset_passes();
@@ -151,6 +157,12 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     if (options_.zero == 3) {
       for (std::size_t b : materialized_) release_bucket(b);
       reset_passes();
+      if (skip_first_update_) {
+        skip_first_update_ = false;
+        drop_flights(false);
+        end_step();
+        return false;
+      }
     }
     if (!verified_) {
       verified_ = true;
@@ -531,6 +543,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   std::unique_ptr<GradientPlan> plan_;
   std::unordered_map<const VariableNode*, std::size_t> node_index_;
   bool verified_ = false;        // the replicas were found equal (or made so) for this plan
+  bool skip_first_update_ = false;  // zero = 3 broadcast at setup: the first update is skipped
   std::int64_t step_ = 0;        // updates (or skipped updates) so far
   bool ran_backward_ = false;    // a backward ran since the last update
   bool in_backward_ = false;     // a backward that starts buckets is running

@@ -15,7 +15,8 @@ struct DataParallelOptions {
   double bucket_mb = 4;
   // Sharding over the ranks (ZeRO): 0 none; 1 the optimizer state (each rank updates its slice of
   // every bucket, then the slices are allgathered); 2 also the gradients (reduce-scatter instead
-  // of allreduce: a rank keeps the averaged gradients of its slices only).
+  // of allreduce: a rank keeps the averaged gradients of its slices only); 3 also the parameters
+  // (each rank keeps its slices; a link's are gathered whole while its functions run).
   int zero = 0;
   // ChainerMN's double_buffering: the gradients averaged at step t are applied at step t+1,
   // while step t+1's are averaged behind its forward and backward. Stale by one step by design

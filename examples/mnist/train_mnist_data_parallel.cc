@@ -6,11 +6,11 @@
 //
 // How the gradients are averaged (comm/data_parallel/data_parallel_options.h): in buckets of
 // --bucket-mb MiB started while backward runs (--overlap 0: after it), with the optimizer state
-// (--zero 1) and also the gradients (--zero 2) sharded over the ranks, over --accumulate
-// batches per update, or with ChainerMN's --double-buffering 1.
+// (--zero 1), also the gradients (--zero 2) and also the parameters (--zero 3) sharded over the
+// ranks, over --accumulate batches per update, or with ChainerMN's --double-buffering 1.
 //
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --epoch 10
-//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --zero 2 --accumulate 2
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --zero 3 --accumulate 2
 #include <cstdio>
 
 #include "autograd/functions.h"
@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from the newest snapshot that every rank completed");
   examples::add_communicator_flag(flags);
-  flags.add_int("zero", 0, "sharding over the ranks: 0 none, 1 the optimizer state, 2 also the gradients");
+  flags.add_int("zero", 0,
+                "sharding over the ranks: 0 none, 1 the optimizer state, 2 also the gradients, 3 also the parameters");
   flags.add_int("accumulate", 1, "batches per update (gradient accumulation)");
   flags.add_double("bucket-mb", 4, "gradients travel in buckets of this many MiB (0: one per dtype)");
   flags.add_int("overlap", 1, "1: a bucket's average starts while backward runs; 0: after backward");
@@ -59,7 +60,17 @@ int main(int argc, char** argv) {
   DatasetPtr train = scatter_dataset(mnist_train, *comm, 0, /*shuffle=*/true, seed);
   DatasetPtr test = scatter_dataset(mnist_test, *comm, 0, /*shuffle=*/true, seed);
 
-  auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
+  auto mlp = std::make_shared<examples::MLP>(units, 10);
+  auto model = std::make_shared<Classifier>(mlp);
+  {
+    // The lazily sized layers take their sizes from one example before setup, which zero = 3
+    // needs (it shards the parameters there); every setting does it, so that all draw the same
+    // initial weights.
+    NoGradGuard no_grad;
+    Shape one = mnist_train->get(0)[0].shape();
+    one.insert(one.begin(), 1);
+    mlp->forward(Variable(zeros(one)));
+  }
   DataParallelOptions parallel;
   parallel.zero = static_cast<int>(flags.get_int("zero"));
   parallel.bucket_mb = flags.get_double("bucket-mb");

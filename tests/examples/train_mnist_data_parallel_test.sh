@@ -7,6 +7,7 @@
 # bit-identical to the uninterrupted one.
 set -uo pipefail
 bin="examples/mnist/train_mnist_data_parallel"
+consolidate="comm/data_parallel/consolidate_snapshot"
 mpi() { timeout --signal=KILL 300 /usr/bin/mpiexec.mpich -n "$@"; }
 export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
 
@@ -43,13 +44,16 @@ for ranks in 2 3; do
 done
 run zero1 2 --epoch 1 --zero 1 && check "$TEST_TMPDIR/zero1" 2
 run zero2acc 2 --epoch 1 --zero 2 --accumulate 2 --bucket-mb 0.05 && check "$TEST_TMPDIR/zero2acc" 2
+run zero3 2 --epoch 1 --zero 3 && check "$TEST_TMPDIR/zero3" 2
 run after 2 --epoch 1 --overlap 0 && check "$TEST_TMPDIR/after" 2
 run double 2 --epoch 1 --double-buffering 1 && check "$TEST_TMPDIR/double" 2
 
-# ZeRO 2: two epochs straight, and one epoch then a resumed second: the same bits.
-run straight 2 --epoch 2 --zero 2 --bucket-mb 0.05
-run resumed 2 --epoch 1 --zero 2 --bucket-mb 0.05
-run resumed 2 --epoch 2 --zero 2 --bucket-mb 0.05 --resume latest
+# ZeRO 3: two epochs straight, and one epoch then a resumed second: the same bits; the
+# consolidated snapshot holds what a zero = 0 run's does, within f32 rounding.
+run straight 2 --epoch 2 --zero 3
+run resumed 2 --epoch 1 --zero 3
+run resumed 2 --epoch 2 --zero 3 --resume latest
+run plain 2 --epoch 2
 /usr/bin/python3 - "$TEST_TMPDIR" <<'PY' || exit 1
 import glob, sys
 import numpy as np
@@ -62,6 +66,19 @@ for sub in ["", "/rank1"]:
         if k.startswith("model/") or k.startswith("optimizer/"):
             assert np.array_equal(a[k], b[k]), (sub, k)
     assert any("[" in k for k in a.files if k.startswith("optimizer/")), a.files  # sharded state
+PY
+last() { ls "$1"/snapshot_iter_*.npz | sort -V | tail -1; }
+"$consolidate" "$TEST_TMPDIR/one.npz" "$(last "$TEST_TMPDIR/straight")" "$(last "$TEST_TMPDIR/straight/rank1")" \
+  > "$TEST_TMPDIR/consolidate.txt" 2>&1 || { cat "$TEST_TMPDIR/consolidate.txt"; exit 1; }
+/usr/bin/python3 - "$TEST_TMPDIR/one.npz" "$(last "$TEST_TMPDIR/plain")" <<'PY' || exit 1
+import sys
+import numpy as np
+one, plain = np.load(sys.argv[1]), np.load(sys.argv[2])
+keys = [k for k in plain.files if k.startswith("model/") or k.startswith("optimizer/")]
+assert sorted(keys) == sorted(k for k in one.files if k.startswith("model/") or k.startswith("optimizer/")), (one.files, plain.files)
+for k in keys:
+    assert one[k].shape == plain[k].shape, k
+    assert np.allclose(one[k], plain[k], rtol=1e-4, atol=1e-6), (k, np.abs(one[k] - plain[k]).max())
 PY
 
 if mpi 2 "$bin" --unit ten > "$TEST_TMPDIR/flag.txt" 2>&1; then echo "FAIL: bad --unit accepted"; exit 1; fi
