@@ -22,7 +22,6 @@ constexpr const char* kOperation = "data-parallel gradients";
 // One bucket's collective in this step.
 struct Flight {
   std::unique_ptr<PendingCollective> pending;
-  Tensor send;    // the packed local gradients (a dropped round restores from it)
   Tensor result;  // once complete: the sum, whole (allreduce) or this rank's stripe (reduce-scatter)
 };
 
@@ -55,6 +54,9 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       for (std::vector<Flight>* flights : {&flights_, &previous_})
         for (Flight& f : *flights)
           if (f.pending && !f.result.defined()) f.pending->wait();
+      for (std::vector<Flight>& round : earlier_)
+        for (Flight& f : round)
+          if (f.pending && !f.result.defined()) f.pending->wait();
     } catch (const std::exception&) {
       // Already failing (the error that stops the job has been raised elsewhere).
     }
@@ -67,6 +69,21 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     in_backward_ = overlap_ && !NoGradientSync::active();
     touched_ = false;
     if (!in_backward_) return;
+    // An earlier backward of this step already started the buckets: their sums miss what this
+    // one adds. Sharded, the local gradients went into those buckets, so this backward's travel
+    // in a second round, added at the update; unsharded, the first round is dropped and the
+    // accumulated gradients travel again. Decided at every syncing backward, gradient or not,
+    // so that every rank runs the same rounds.
+    if (next_launch_ > 0) {
+      if (options_.zero == 0) {
+        drop_flights();
+      } else {
+        launch_rest();
+        earlier_.push_back(std::move(flights_));
+        flights_.clear();
+        next_launch_ = 0;
+      }
+    }
     ensure_plan();
     if (plan_) ready_.assign(plan_->buckets().size(), 0);
   }
@@ -75,12 +92,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     if (!in_backward_ || !plan_) return;
     auto it = node_index_.find(&leaf);
     if (it == node_index_.end()) return;
-    if (!touched_) {
-      touched_ = true;
-      // An earlier backward of this step already started the buckets: their averages miss what
-      // this one adds.
-      if (next_launch_ > 0) drop_flights(true);
-    }
+    touched_ = true;
     const std::size_t b = plan_->bucket_of(it->second);
     if (++ready_[b] == plan_->buckets()[b].params.size()) {
       while (next_launch_ < plan_->buckets().size() && ready_[next_launch_] == plan_->buckets()[next_launch_].params.size())
@@ -159,7 +171,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       reset_passes();
       if (skip_first_update_) {
         skip_first_update_ = false;
-        drop_flights(false);
+        drop_flights();
         end_step();
         return false;
       }
@@ -169,7 +181,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       // Replicas that already agree (the same seed, or resumed from the same snapshot) need no
       // broadcast, and their gradients are valid: go on to update, so a resumed run loses no step.
       if (!replicas_equal(*comm_, target.namedparams())) {
-        drop_flights(false);
+        drop_flights();
         previous_.clear();
         bcast_data(*comm_, target.namedparams());
         end_step();
@@ -177,6 +189,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       }
     }
     launch_rest();
+    std::vector<std::vector<Flight>> rounds = std::move(earlier_);
+    earlier_.clear();
     std::vector<Flight> done;
     if (options_.double_buffering) {
       // This step's sums travel behind the next step's computation; the last step's are applied.
@@ -188,9 +202,11 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     flights_.clear();
     end_step();
     if (done.empty()) return false;  // double buffering's first update: nothing averaged yet
-    for (Flight& f : done)
-      if (!f.result.defined()) f.result = f.pending->wait();
-    return apply(done);
+    rounds.push_back(std::move(done));
+    for (std::vector<Flight>& round : rounds)
+      for (Flight& f : round)
+        if (!f.result.defined()) f.result = f.pending->wait();
+    return apply(rounds);
   }
 
   std::vector<std::pair<std::string, Variable>> update_params(Link& target) override {
@@ -237,7 +253,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     if (plan_ && plan_->matches(now)) return;
     TANDEM_CHECK(!(options_.zero == 3 && plan_), "create_multi_node_optimizer: zero = 3: the model's parameters "
                  "changed after setup (a link added, or a lazily sized one initialised); they are sharded at setup");
-    drop_flights(false);
+    drop_flights();
     previous_.clear();
     NamedParams reversed(now.rbegin(), now.rend());
     plan_ = now.empty() ? nullptr
@@ -278,16 +294,16 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       }
       flat.slice_rows(base + bucket.stripe_data, base + bucket.stripe_size()).copy_(tail_tensor);
     }
-    // Sharded: the local gradients live on in the bucket only (restored from it if this round is
-    // dropped), so that averaged slices replace them rather than join them.
+    // Sharded: the local gradients live on in the bucket only, so that averaged slices replace
+    // them rather than join them (and their memory goes).
     if (options_.zero > 0)
       for (std::size_t i : bucket.params) Variable(plan_->params()[i].second).cleargrad();
     if (flights_.size() <= b) flights_.resize(b + 1);
     Flight& f = flights_[b];
-    f.send = flat;
     f.result = Tensor();
+    // The allreduce sums in place: the bucket is this sync's own.
     f.pending = options_.zero >= 2 ? comm_->start_reduce_scatter_sum(flat, bucket.digest, kOperation)
-                                   : comm_->start_allreduce_sum(flat, bucket.digest, kOperation);
+                                   : comm_->start_allreduce_sum(flat, bucket.digest, kOperation, /*in_place=*/true);
   }
 
   void launch_rest() {
@@ -295,32 +311,16 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     while (next_launch_ < plan_->buckets().size()) launch(next_launch_++);
   }
 
-  // Completes the collectives started this step and forgets their results; with restore (a
-  // sharded optimizer cleared the local gradients at launch), puts the local gradients back.
-  void drop_flights(bool restore) {
-    for (std::size_t b = 0; b < flights_.size(); ++b) {
-      Flight& f = flights_[b];
-      if (!f.pending) continue;
-      if (!f.result.defined()) f.pending->wait();
-      if (!restore || options_.zero == 0) continue;
-      const GradientBucket& bucket = plan_->buckets()[b];
-      const std::vector<double> tail = f.send.slice_rows(bucket.stripe_data, bucket.stripe_size()).to_vector<double>();
-      for (std::size_t j = 0; j < bucket.params.size(); ++j) {
-        if (tail[j] == 0) continue;
-        Variable param = plan_->params()[bucket.params[j]].second;
-        Tensor local = zeros({param.numel()}, param.dtype(), param.data().device());
-        for (std::int64_t s = 0; s < bucket.stripes; ++s) {
-          const std::int64_t base = s * bucket.stripe_size();
-          for (const StripePiece& p : plan_->stripe_pieces(bucket, s)) {
-            if (p.param != bucket.params[j]) continue;
-            local.slice_rows(p.begin, p.end).copy_(f.send.slice_rows(base + p.at, base + p.at + p.end - p.begin));
-          }
-        }
-        const Tensor restored = local.reshape(param.shape());
-        param.set_grad(param.grad().defined() ? add(param.grad(), restored) : restored);
-      }
-    }
+  // Completes the collectives started this step and forgets their results.
+  void drop_flights() {
+    for (std::vector<Flight>* flights : {&flights_})
+      for (Flight& f : *flights)
+        if (f.pending && !f.result.defined()) f.pending->wait();
+    for (std::vector<Flight>& round : earlier_)
+      for (Flight& f : round)
+        if (f.pending && !f.result.defined()) f.pending->wait();
     flights_.clear();
+    earlier_.clear();
     next_launch_ = 0;
   }
 
@@ -337,22 +337,38 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     return result.slice_rows(base, base + bucket.stripe_size());
   }
 
-  // Checks the census (the same verdict on every rank) and sets the averaged gradients.
-  bool apply(std::vector<Flight>& flights) {
+  // Checks the census (the same verdict on every rank) and sets the averaged gradients. rounds:
+  // every round of this step (one, unless a sharded step ran several syncing backward passes),
+  // each with every bucket; their sums add up.
+  bool apply(std::vector<std::vector<Flight>>& rounds) {
     const int ranks = comm_->size();
     const std::vector<GradientBucket>& buckets = plan_->buckets();
+    // The census: the step and backward slots of the last round; presence over all rounds.
     std::vector<std::vector<double>> tails;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
-      const Tensor stripe = my_stripe(buckets[b], flights[b].result);
-      tails.push_back(stripe.slice_rows(buckets[b].stripe_data, buckets[b].stripe_size()).to_vector<double>());
+      const auto tail_of = [&](const Flight& f) {
+        return my_stripe(buckets[b], f.result).slice_rows(buckets[b].stripe_data, buckets[b].stripe_size())
+            .to_vector<double>();
+      };
+      std::vector<double> tail = tail_of(rounds.back()[b]);
+      for (std::size_t r = 0; r + 1 < rounds.size(); ++r) {
+        const std::vector<double> earlier = tail_of(rounds[r][b]);
+        for (std::size_t j = 0; j < buckets[b].params.size(); ++j) tail[j] += earlier[j];
+      }
+      tails.push_back(std::move(tail));
     }
     check_census(buckets, tails);
     shards_.clear();
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const GradientBucket& bucket = buckets[b];
       const std::size_t k = bucket.params.size();
-      Tensor mean = my_stripe(bucket, flights[b].result).slice_rows(0, bucket.stripe_data);
-      mean = div(mean, double(ranks));
+      Tensor sum = my_stripe(bucket, rounds.back()[b].result).slice_rows(0, bucket.stripe_data);
+      for (std::size_t r = 0; r + 1 < rounds.size(); ++r)
+        sum = add(sum, my_stripe(bucket, rounds[r][b].result).slice_rows(0, bucket.stripe_data));
+      const Tensor mean = div(sum, double(ranks));
+      // The sums' memory goes bucket by bucket (only the means stay, as the gradients).
+      sum = Tensor();
+      for (std::vector<Flight>& round : rounds) round[b].result = Tensor();
       auto presence = [&](std::size_t param) {
         for (std::size_t j = 0; j < k; ++j)
           if (bucket.params[j] == param) return tails[b][j];
@@ -551,6 +567,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   std::vector<std::size_t> ready_;  // per bucket: its gradients finished in this backward
   std::size_t next_launch_ = 0;  // buckets start in order: the next one to start
   std::vector<Flight> flights_;  // this step's
+  std::vector<std::vector<Flight>> earlier_;  // sharded: this step's earlier rounds (see backward_started)
   std::vector<Flight> previous_;  // double buffering: the last step's, still travelling
   NamedParams shards_;           // zero >= 1: this rank's slices, with their averaged gradients
   // zero = 3: this rank's stripe of each bucket (the parameters' only lasting copy), the buckets

@@ -13,10 +13,11 @@
 //   every rank that names it), and NaN/Inf gradients under check_finite.
 // - Buckets start in one order on every rank: bucket b only after buckets 0..b-1, the rest at
 //   the end of backward, or at update when a rank ran no backward.
-// - A second backward before the update (without NoGradientSync) makes the averages already
-//   started stale: they are dropped (their collectives still complete) and the buckets start
-//   again, from the accumulated gradients, at the end of the last backward. Correct, but the
-//   first round is wasted: wrap all backward passes but the last in NoGradientSync.
+// - A second backward before the update (without NoGradientSync) makes the sums already started
+//   incomplete. Sharded (zero >= 1), its gradients travel in a second round that the update adds
+//   to the first; unsharded, the first round is dropped (its collectives still complete) and the
+//   accumulated gradients travel again, a wasted round: wrap all backward passes but the last in
+//   NoGradientSync. Every syncing backward counts, so every rank must run the same number.
 #pragma once
 
 #include <memory>

@@ -55,7 +55,7 @@ class CompletedCollective final : public PendingCollective {
 }  // namespace
 
 std::unique_ptr<PendingCollective> Communicator::start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                                     const char* operation) {
+                                                                     const char* operation, bool) {
   return std::make_unique<CompletedCollective>(allreduce_checked(x, AllreduceOp::sum, digest, operation));
 }
 

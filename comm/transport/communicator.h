@@ -174,10 +174,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   // --- collectives that overlap computation (PendingCollective above) -----------------------
   // Element-wise sum over ranks of x, whose header carries `digest` as allreduce_checked's does.
-  // Started collectives complete in the order started. The default runs it at once (a
-  // communicator without non-blocking collectives).
+  // in_place: the sum may be written into x (the caller's own buffer; saves its copy). Started
+  // collectives complete in the order started. The default runs it at once (a communicator
+  // without non-blocking collectives).
   virtual std::unique_ptr<PendingCollective> start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                                 const char* operation);
+                                                                 const char* operation, bool in_place = false);
   // x (1-D, size() * n elements) as size() stripes of n: rank r receives the sum over ranks of
   // stripe r (reduce_scatter of equal pieces, MPI_Reduce_scatter_block).
   virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,

@@ -809,6 +809,7 @@ class MpiPendingCollective final : public PendingCollective {
                           MPI_STATUSES_IGNORE),
               "MPI_Testall");
     done_ = done != 0;
+    if (done_) state_->keep_alive.clear();  // the send buffers' memory goes now, not at the update
     return done_;
   }
 
@@ -825,6 +826,7 @@ class MpiPendingCollective final : public PendingCollective {
         throw;
       }
       done_ = true;
+      state_->keep_alive.clear();
     }
     return result_.to(device_);
   }
@@ -876,20 +878,23 @@ void MpiCommunicator::progress_started(const StartedCollective* until, bool bloc
 }
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                                        const char* operation) {
+                                                                        const char* operation, bool in_place) {
   check_defined(x, operation);
   // A device transport moves CUDA tensors in device order already: the blocking form.
-  if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation);
+  if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation, in_place);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   const int count = checked_int(x.nbytes(), operation) / static_cast<int>(dtype_size(x.dtype()));
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.digest = digest;
   const Tensor send = comm_detail::host_for_mpi(x);
-  Tensor y(x.shape(), x.dtype());
+  // In place on the host: the sum lands in x's own memory (a CUDA x's host copy is ours anyway).
+  const bool same = in_place || !x.device().is_cpu();
+  Tensor y = same ? send : Tensor(x.shape(), x.dtype());
   MPI_Comm comm = comm_;
-  auto post = [send, y, count, type, comm](std::vector<MPI_Request>& requests) mutable {
+  auto post = [send, y, count, type, comm, same](std::vector<MPI_Request>& requests) mutable {
     requests.emplace_back();
-    check_mpi(MPI_Iallreduce(send.raw_data(), y.raw_data(), count, type, MPI_SUM, comm, &requests.back()),
+    check_mpi(MPI_Iallreduce(same ? MPI_IN_PLACE : send.raw_data(), y.raw_data(), count, type, MPI_SUM, comm,
+                             &requests.back()),
               "MPI_Iallreduce");
   };
   return start_collective(mine, true, operation, post, KeepAlive{send.storage(), y.storage()}, y, x.device());

@@ -61,7 +61,7 @@ class MpiCommunicator : public Communicator {
   Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) override;
   Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
   std::unique_ptr<PendingCollective> start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                         const char* operation) override;
+                                                         const char* operation, bool in_place) override;
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
                                                               const char* operation) override;
 
