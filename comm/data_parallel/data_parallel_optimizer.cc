@@ -8,6 +8,7 @@
 #include "autograd/check_finite.h"
 #include "comm/data_parallel/data_parallel.h"
 #include "comm/data_parallel/gradient_buckets.h"
+#include "core/cpu/block_cache.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -18,6 +19,8 @@ namespace {
 // Updates are numbered modulo this in the census (exact in f32).
 constexpr std::int64_t kStepModulus = std::int64_t(1) << 20;
 constexpr const char* kOperation = "data-parallel gradients";
+// zero >= 2: buckets whose collectives may travel at once (see launch).
+constexpr std::size_t kInFlight = 2;
 
 // One bucket's collective in this step.
 struct Flight {
@@ -218,6 +221,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
 
   void after_update(Link& target) override {
     (void)target;
+    // The slices' averaged gradients have served: their memory goes before the next backward.
+    for (auto& [name, shard] : shards_) shard.cleargrad();
     if (options_.zero == 0 || options_.zero == 3 || !plan_) return;
     // Each rank updated its stripes of every bucket; every rank gets all of them.
     const int me = comm_->rank();
@@ -261,6 +266,14 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
                                                          comm_->size(), options_.zero == 3);
     node_index_.clear();
     shards_.clear();
+    // Sharded gradients or parameters exist to save memory; the CPU block cache (which keeps
+    // freed blocks resident) is capped at a few buckets, about the working set of a step.
+    if (plan_ && options_.zero >= 2) {
+      std::size_t largest = 0;
+      for (const GradientBucket& bucket : plan_->buckets())
+        largest = std::max(largest, static_cast<std::size_t>(bucket.flat_size()) * dtype_size(bucket.dtype));
+      cpu::BlockCache::instance().cap_limit(4 * largest);
+    }
     if (plan_)
       for (std::size_t i = 0; i < plan_->params().size(); ++i) node_index_[plan_->params()[i].second.node().get()] = i;
     verified_ = false;
@@ -298,6 +311,21 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     // them rather than join them (and their memory goes).
     if (options_.zero > 0)
       for (std::size_t i : bucket.params) Variable(plan_->params()[i].second).cleargrad();
+    // Sharded gradients exist to save memory: at most kInFlight buckets' full-size buffers
+    // travel at once (MPI moves a started collective on only inside MPI calls, so without a
+    // bound a fast backward piles them up).
+    if (options_.zero >= 2) {
+      std::size_t travelling = 0;
+      for (Flight& f : flights_)
+        if (f.pending && !f.result.defined() && !f.pending->test()) ++travelling;
+      for (Flight& f : flights_) {
+        if (travelling < kInFlight) break;
+        if (f.pending && !f.result.defined() && !f.pending->test()) {
+          f.pending->wait();
+          --travelling;
+        }
+      }
+    }
     if (flights_.size() <= b) flights_.resize(b + 1);
     Flight& f = flights_[b];
     f.result = Tensor();

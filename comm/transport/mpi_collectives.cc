@@ -872,6 +872,7 @@ void MpiCommunicator::progress_started(const StartedCollective* until, bool bloc
     started_.pop_front();
     check_headers(c.all, c.same_shape);  // the same verdict on every rank
     c.post_data(c.requests);
+    c.post_data = nullptr;  // it holds the buffers, which keep_alive now keeps (until completion)
     c.data_posted = true;
     if (&c == until) return;
   }

@@ -1,6 +1,9 @@
 #include "core/cpu/block_cache.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -26,6 +29,20 @@ std::size_t limit_from_environment() {
   TANDEM_CHECK(end && *end == '\0' && mb >= 0, "TANDEM_CPU_CACHE_MB='", text, "' is not a number of megabytes");
   return static_cast<std::size_t>(mb) << 20;
 }
+}  // namespace
+
+namespace {
+
+// Large blocks come straight from the kernel (mmap) and go back to it (munmap) when the cache
+// does not keep them. Through malloc they would not: once a large block has been freed, glibc
+// raises its mmap threshold (up to 32 MB) and serves the next ones from its heap, which it rarely
+// gives back, so memory a program frees (a ZeRO-3 rank's gathered parameters) stayed resident.
+void* map_block(std::size_t nbytes) {
+  void* ptr = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return ptr == MAP_FAILED ? nullptr : ptr;
+}
+void unmap_block(void* ptr, std::size_t nbytes) { munmap(ptr, nbytes); }
+
 }  // namespace
 
 struct BlockCache::Impl {
@@ -54,10 +71,15 @@ void* BlockCache::allocate(std::size_t nbytes) {
       return block;
     }
   }
-  void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (!ptr && rounded >= kMinBytes) {
+  if (rounded < kMinBytes) {
+    void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    TANDEM_CHECK(ptr != nullptr, "allocate: out of memory allocating ", nbytes, " bytes on cpu");
+    return ptr;
+  }
+  void* ptr = map_block(rounded);  // page-aligned
+  if (!ptr) {
     clear();  // memory is short: give the cache back and try once more
-    ptr = std::aligned_alloc(kAlignment, rounded);
+    ptr = map_block(rounded);
   }
   TANDEM_CHECK(ptr != nullptr, "allocate: out of memory allocating ", nbytes, " bytes on cpu");
   return ptr;
@@ -73,15 +95,32 @@ void BlockCache::deallocate(void* ptr, std::size_t nbytes) {
       impl_->cached += rounded;
       return;
     }
+    unmap_block(ptr, rounded);
+    return;
   }
   std::free(ptr);
 }
 
 void BlockCache::clear() {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  for (auto& entry : impl_->free_blocks) std::free(entry.second);
+  for (auto& entry : impl_->free_blocks) unmap_block(entry.second, entry.first);
   impl_->free_blocks.clear();
   impl_->cached = 0;
+}
+
+void BlockCache::cap_limit(std::size_t bytes) {
+  const char* text = std::getenv("TANDEM_CPU_CACHE_MB");
+  if (text && *text) return;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (bytes >= impl_->limit) return;
+  impl_->limit = bytes;
+  // The largest blocks go first until the rest fits.
+  while (impl_->cached > impl_->limit && !impl_->free_blocks.empty()) {
+    auto last = std::prev(impl_->free_blocks.end());
+    unmap_block(last->second, last->first);
+    impl_->cached -= last->first;
+    impl_->free_blocks.erase(last);
+  }
 }
 
 std::size_t BlockCache::cached_bytes() const {

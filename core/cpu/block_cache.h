@@ -23,6 +23,10 @@ class BlockCache {
   // Frees every cached block (tests; or before handing memory back).
   void clear();
   std::size_t cached_bytes() const;
+  // Lowers the limit to at most `bytes` (freeing what is cached beyond it), unless the user set
+  // TANDEM_CPU_CACHE_MB: code that shards memory over ranks (ZeRO) keeps the cache to its
+  // working set, since every block the cache keeps stays resident.
+  void cap_limit(std::size_t bytes);
 
  private:
   BlockCache();
