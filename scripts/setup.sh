@@ -14,6 +14,7 @@ PACKAGES=(
   nlohmann-json3-dev  # JSON: the training log, the multi-node snapshot manifest
   libcli11-dev  # the trainers' command-line flags
   libopenblas0-openmp  # fp32/fp64 GEMM (core/cpu/matmul.cc), the OpenMP build of OpenBLAS
+  libdnnl-dev  # oneDNN: JIT GEMM and convolutions (core/cpu/gemm_choice.h, core/cpu/onednn_conv.cc)
   dataset-fashion-mnist
   fortunes  # English text for the character language model (examples/lm, data/text_corpus.h)
   python3-numpy  # tests: .npz files must round-trip with NumPy

@@ -1,6 +1,5 @@
 // One dense product on raw row-major buffers, for CPU kernels that drive GEMMs themselves
-// (the convolution). OpenBLAS for f32/f64 where the build has it (core/cpu/matmul.cc), Eigen
-// otherwise. Called from inside a parallel region it runs on the calling thread alone.
+// (the convolution), on the library measured fastest for the shape (core/cpu/gemm_choice.h). Called from inside a parallel region it runs on the calling thread alone.
 #pragma once
 
 #include <cstdint>

@@ -1,16 +1,10 @@
-// Batched GEMM: fp32/fp64 on OpenBLAS (its OpenMP build, core/cpu/blas.h), integers and the
-// sanitizer builds on Eigen. OpenBLAS was measured beside Eigen 3.4 on this machine's shapes: on
-// one thread the two are within 10% (either wins some), but on two threads Eigen's OpenMP split
-// of a product is poor (99 against 164 GFLOP/s for a convolution's [64x576]x[576x784], 221
-// against 252 at n=1024). A single product runs multi-threaded inside the library; batches of
-// small products are spread over threads instead, each running serially.
-#include <Eigen/Core>
+// Batched GEMM on the library measured fastest for each shape on this machine (OpenBLAS, oneDNN
+// or Eigen: core/cpu/gemm_choice.h). A single product runs multi-threaded inside the library;
+// batches of small products are spread over threads instead, each running serially.
 #include <algorithm>
-#include <climits>
-#include <type_traits>
 
-#include "core/cpu/blas.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/gemm_choice.h"
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
@@ -21,57 +15,20 @@ namespace tandem {
 
 namespace {
 
-template <typename T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// One product on BLAS when T is a BLAS type and every size fits its int arguments; false otherwise.
-template <typename T>
-bool blas_gemm(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t m,
-               std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
-#ifdef TANDEM_HAS_BLAS
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    if (std::max({m, n, k, lda, ldb, ldc}) > INT_MAX) return false;
-    const auto op_a = ta ? CblasTrans : CblasNoTrans, op_b = tb ? CblasTrans : CblasNoTrans;
-    // beta = 0 overwrites C without reading it, so C may start uninitialised.
-    const T beta = accumulate ? T(1) : T(0);
-    if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c,
-                  int(ldc));
-    } else {
-      cblas_dgemm(CblasRowMajor, op_a, op_b, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c,
-                  int(ldc));
-    }
-    return true;
-  }
-#endif
-  (void)a, (void)b, (void)c, (void)m, (void)n, (void)k, (void)ta, (void)tb, (void)accumulate;
-  (void)lda, (void)ldb, (void)ldc;
-  return false;
-}
-
 // One product with explicit row strides: A stored [m, k] (or [k, m] when ta) with rows lda
-// apart, B stored [k, n] (or [n, k] when tb) with rows ldb apart, C [m, n] with rows ldc apart.
+// apart, B stored [k, n] (or [n, k] when tb) with rows ldb apart, C [m, n] with rows ldc apart,
+// on the library measured fastest for its shape here (core/cpu/gemm_choice.h).
 template <typename T>
 void gemm_strided(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t m,
                   std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
   if (m == 0 || n == 0) return;
-  using Stride = Eigen::OuterStride<>;
-  Eigen::Map<RowMatrix<T>, 0, Stride> C(c, m, n, Stride(ldc));
   if (k == 0) {
-    if (!accumulate) C.setZero();
+    if (!accumulate) {
+      for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+    }
     return;
   }
-  if (blas_gemm(a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate)) return;
-  Eigen::Map<const RowMatrix<T>, 0, Stride> A(a, ta ? k : m, ta ? m : k, Stride(lda));
-  Eigen::Map<const RowMatrix<T>, 0, Stride> B(b, tb ? n : k, tb ? k : n, Stride(ldb));
-  auto assign = [&](const auto& product) {
-    if (accumulate) C.noalias() += product;
-    else C.noalias() = product;
-  };
-  if (!ta && !tb) assign(A * B);
-  else if (ta && !tb) assign(A.transpose() * B);
-  else if (!ta && tb) assign(A * B.transpose());
-  else assign(A.transpose() * B.transpose());
+  cpu::gemm_on(cpu::gemm_backend_for<T>(m, n, k, ta, tb), a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate);
 }
 
 // Whether one product is better split over the threads by tandem than threaded inside OpenBLAS:

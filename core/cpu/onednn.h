@@ -1,0 +1,29 @@
+// oneDNN (Debian's libdnnl-dev; third_party/onednn.BUILD), the JIT kernels for the processor the
+// program runs on. TANDEM_HAS_DNNL is defined when the build links it (`--define=tandem_dnnl=off`
+// and the clang sanitizer builds leave it out: its OpenMP runtime is GCC's libgomp). Only CPU
+// kernels include this header; it keeps <dnnl.hpp> out of everything else.
+//
+// oneDNN 3.0 changed how primitive descriptors are made (the operation descriptors went away);
+// the makers below hide that, so tandem builds against 2.x (Debian 12) and 3.x (Debian 13).
+#pragma once
+
+#ifdef TANDEM_HAS_DNNL
+#include <dnnl.hpp>
+
+namespace tandem {
+namespace cpu {
+
+// The CPU engine, made once.
+dnnl::engine& onednn_engine();
+
+// A stream per thread: tandem calls kernels from inside its own parallel regions, and the
+// products run there are serial, one per thread.
+dnnl::stream& onednn_stream();
+
+// The thread count a primitive made now would be built for: 1 inside a parallel region (oneDNN
+// then runs it on the calling thread alone), else OpenMP's. Part of every primitive cache key.
+int onednn_threads();
+
+}  // namespace cpu
+}  // namespace tandem
+#endif

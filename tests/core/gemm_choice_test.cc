@@ -1,0 +1,140 @@
+// The product libraries (core/cpu/gemm_kernels.h) against a double-precision triple loop, every
+// layout, and the measured choice between them (core/cpu/gemm_choice.h): kept on disk, shared,
+// and overridable.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/cpu/gemm_choice.h"
+#include "core/cpu/gemm_kernels.h"
+#include "core/cpu/parallel.h"
+#include "core/error.h"
+
+using namespace tandem;
+using namespace tandem::cpu;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// op(A)[i, p] with A stored [m, k] (or [k, m] when ta) with rows lda apart.
+double at(const std::vector<float>& a, std::int64_t lda, bool ta, std::int64_t i, std::int64_t p) {
+  return ta ? a[p * lda + i] : a[i * lda + p];
+}
+
+std::vector<std::string> file_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("every product library computes every layout: transposes, row strides, accumulation", "[gemm]") {
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{33, 65, 17}, Shape{100, 40, 64}}) {
+    for (GemmBackend backend : kGemmBackends) {
+      if (!gemm_backend_supports<float>(backend)) continue;
+      for (int layout = 0; layout < 8; ++layout) {
+        const bool ta = layout & 1, tb = layout & 2, accumulate = layout & 4;
+        // Row strides past the rows' lengths: the libraries must read and write only their part.
+        const std::int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
+        const auto a = random_floats(std::size_t((ta ? s.k : s.m) * lda), 1);
+        const auto b = random_floats(std::size_t((tb ? s.n : s.k) * ldb), 2);
+        const auto c0 = random_floats(std::size_t(s.m * ldc), 3);
+        auto c = c0;
+        gemm_on(backend, a.data(), lda, b.data(), ldb, c.data(), ldc, s.m, s.n, s.k, ta, tb, accumulate);
+        INFO(gemm_backend_name(backend) << " m=" << s.m << " n=" << s.n << " k=" << s.k << " ta=" << ta << " tb="
+                                        << tb << " accumulate=" << accumulate);
+        double worst = 0;
+        for (std::int64_t i = 0; i < s.m; ++i) {
+          for (std::int64_t j = 0; j < ldc; ++j) {
+            const std::size_t idx = std::size_t(i * ldc + j);
+            if (j >= s.n) {  // past the row: untouched
+              REQUIRE(c[idx] == c0[idx]);
+              continue;
+            }
+            double want = accumulate ? c0[idx] : 0.0;
+            for (std::int64_t p = 0; p < s.k; ++p) want += at(a, lda, ta, i, p) * at(b, ldb, !tb, j, p);
+            worst = std::max(worst, std::abs(want - double(c[idx])));
+          }
+        }
+        REQUIRE(worst < 1e-5 * double(s.k + 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("double and integer products run on the libraries that support them", "[gemm]") {
+  CHECK(gemm_backend_supports<double>(GemmBackend::kEigen));
+  CHECK(gemm_backend_supports<std::int32_t>(GemmBackend::kEigen));
+  CHECK_FALSE(gemm_backend_supports<std::int32_t>(GemmBackend::kOpenBlas));
+  CHECK_FALSE(gemm_backend_supports<double>(GemmBackend::kOneDnn));
+  const std::vector<std::int64_t> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};  // [2, 2] each
+  std::vector<std::int64_t> c(4);
+  gemm_on(gemm_backend_for<std::int64_t>(2, 2, 2, false, false), a.data(), 2, b.data(), 2, c.data(), 2, 2, 2, 2,
+          false, false, false);
+  CHECK(c == std::vector<std::int64_t>{19, 22, 43, 50});
+}
+
+TEST_CASE("the choice is measured once per shape class, kept in the machine's file, and overridable", "[gemm]") {
+  // Bazel gives each test its own HOME (TEST_TMPDIR); TANDEM_CACHE_DIR points elsewhere on purpose.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/gemm-choice-test";
+  ::setenv("TANDEM_CACHE_DIR", dir.c_str(), 1);
+  ::unsetenv("TANDEM_GEMM");
+  const std::string path = gemm_choice_file();
+  // gemm_choice_file() is fixed at the first lookup of the process; this test case makes it.
+  REQUIRE(path.rfind(dir + "/gemm-", 0) == 0);
+
+  int supported = 0;
+  for (GemmBackend b : kGemmBackends) supported += gemm_backend_supports<float>(b) ? 1 : 0;
+  const GemmBackend first = gemm_backend_for<float>(96, 80, 72, false, true);
+  REQUIRE(gemm_backend_supports<float>(first));
+  if (supported >= 2) {
+    // The class "f32.t<threads>.NT.m6.n6.k6" was timed and written down with every candidate's speed.
+    const std::string key = "f32.t" + std::to_string(max_chunks()) + ".NT.m6.n6.k6 ";
+    int found = 0;
+    for (const std::string& line : file_lines(path)) {
+      if (line.rfind(key, 0) != 0) continue;
+      ++found;
+      CHECK_THAT(line, Contains(std::string(" ") + gemm_backend_name(first) + " "));
+      CHECK_THAT(line, Contains("eigen="));
+      CHECK_THAT(line, Contains("(96x80x72)"));
+    }
+    CHECK(found == 1);
+    // Another shape of the same class: no new timing, the same library.
+    const auto lines_before = file_lines(path).size();
+    CHECK(gemm_backend_for<float>(127, 64, 100, false, true) == first);
+    CHECK(file_lines(path).size() == lines_before);
+  }
+  // Products too small to time go to OpenBLAS where it is linked, else Eigen.
+  const GemmBackend tiny = gemm_backend_for<float>(4, 4, 4, false, false);
+  CHECK(tiny == (gemm_backend_supports<float>(GemmBackend::kOpenBlas) ? GemmBackend::kOpenBlas : GemmBackend::kEigen));
+
+  // TANDEM_GEMM forces a library for every product it can run; a wrong name is a clear error.
+  ::setenv("TANDEM_GEMM", "eigen", 1);
+  CHECK(gemm_backend_for<float>(96, 80, 72, false, true) == GemmBackend::kEigen);
+  CHECK(gemm_backend_for<std::int32_t>(96, 80, 72, false, true) == GemmBackend::kEigen);
+  ::setenv("TANDEM_GEMM", "mkl", 1);
+  CHECK_THROWS_WITH(gemm_backend_for<float>(96, 80, 72, false, true),
+                    Contains("TANDEM_GEMM=mkl") && Contains("expected auto, openblas, onednn or eigen"));
+  ::unsetenv("TANDEM_GEMM");
+  CHECK(gemm_backend_for<float>(96, 80, 72, false, true) == first);
+}
