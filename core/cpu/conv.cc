@@ -1,4 +1,8 @@
-// Convolution on im2col + GEMM. im2col / col2im work one (image, channel) plane at a time: a
+// Convolution: oneDNN's direct kernels (core/cpu/onednn_conv.h) or im2col + GEMM, whichever was
+// measured faster for the geometry on this machine (core/cpu/measured_choice.h; TANDEM_CONV=
+// im2col|onednn|auto forces one). im2col also runs f64 and builds without oneDNN.
+//
+// im2col + GEMM: im2col / col2im work one (image, channel) plane at a time: a
 // plane's kernel_h * kernel_w rows of col are written (im2col) or read (col2im) by one thread,
 // so col2im's accumulation needs no synchronisation.
 //
@@ -8,9 +12,15 @@
 // the threads share no work; splitting each (small) product over the threads instead scales
 // poorly (see bench/train_step_bench's conv workload).
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/measured_choice.h"
+#include "core/cpu/onednn_conv.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -137,12 +147,9 @@ Tensor column_buffers(const ConvSizes& s, const Tensor& like) {
   return Tensor({cpu::max_chunks(), s.CK * s.ohw}, like.dtype(), like.device());
 }
 
-}  // namespace
-
-void CpuBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
-                        std::int64_t groups, Tensor& y) {
+void conv2d_im2col(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
+                   Tensor& y) {
   const ConvSizes s(g, W.size(0), groups);
-  if (y.numel() == 0) return;
   Tensor buffers = column_buffers(s, x);
   TANDEM_DISPATCH_FLOAT(x.dtype(), "conv2d", [&] {
     const scalar_t* px = x.data<scalar_t>();
@@ -168,10 +175,9 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const
   });
 }
 
-void CpuBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
-                                   Tensor& gx) {
+void conv2d_grad_input_im2col(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
+                              Tensor& gx) {
   const ConvSizes s(g, W.size(0), groups);
-  if (gx.numel() == 0) return;
   Tensor buffers = column_buffers(s, gy);
   TANDEM_DISPATCH_FLOAT(gy.dtype(), "conv2d_grad_input", [&] {
     const scalar_t* pgy = gy.data<scalar_t>();
@@ -197,19 +203,18 @@ void CpuBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv
   });
 }
 
-void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
-                                    Tensor& gW) {
+void conv2d_grad_weight_im2col(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
+                               Tensor& gW) {
   const ConvSizes s(g, gW.size(0), groups);
-  if (gW.numel() == 0) return;
   Tensor buffers = column_buffers(s, x);
   // Each thread sums its images' products into its own slot; the slots are added at the end.
   const std::int64_t slots = cpu::max_chunks(), wsize = gW.numel();
   Tensor partial({slots, wsize}, gW.dtype(), gW.device());
-  fill(partial, 0);
   TANDEM_DISPATCH_FLOAT(x.dtype(), "conv2d_grad_weight", [&] {
     const scalar_t* px = x.data<scalar_t>();
     const scalar_t* pgy = gy.data<scalar_t>();
     scalar_t* pp = partial.data<scalar_t>();
+    std::fill(pp, pp + slots * wsize, scalar_t(0));
     cpu::parallel_chunks(g.batch, s.O * s.K * s.ohw, 1, [&](std::int64_t lo, std::int64_t hi, int slot) {
       scalar_t* buffer = s.pointwise ? nullptr : buffers.data<scalar_t>() + slot * s.CK * s.ohw;
       scalar_t* acc = pp + slot * wsize;
@@ -229,6 +234,66 @@ void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Con
       for (std::int64_t i = 0; i < wsize; ++i) pg[i] += src[i];
     }
   });
+}
+
+// Whether oneDNN runs this convolution: supported here, not overridden by TANDEM_CONV, and
+// measured faster than im2col for the geometry (run(0) runs im2col, run(1) oneDNN; both on the
+// caller's tensors, whose output the chosen one then writes again).
+template <typename Run>
+bool onednn_measured_faster(const char* direction, const Conv2DGeometry& g, std::int64_t out_channels,
+                            std::int64_t groups, DType dtype, bool bias, const Run& run) {
+  if (!cpu::onednn_conv_supported(g, out_channels, groups, dtype)) return false;
+  const char* forced = std::getenv("TANDEM_CONV");
+  if (forced != nullptr && *forced != 0 && std::strcmp(forced, "auto") != 0) {
+    TANDEM_CHECK(std::strcmp(forced, "im2col") == 0 || std::strcmp(forced, "onednn") == 0, "TANDEM_CONV=", forced,
+                 ": expected auto, im2col or onednn");
+    return std::strcmp(forced, "onednn") == 0;
+  }
+  char key[256];
+  std::snprintf(key, sizeof(key),
+                "conv.%s.f32.t%d.n%lldc%lldh%lldw%lld.o%lldg%lld.k%lldx%lld.s%lldx%lld.p%lldx%lld.d%lldx%lld.b%d",
+                direction, cpu::max_chunks(), (long long)g.batch, (long long)g.channels, (long long)g.height,
+                (long long)g.width, (long long)out_channels, (long long)groups, (long long)g.kernel_h,
+                (long long)g.kernel_w, (long long)g.stride_y, (long long)g.stride_x, (long long)g.pad_y,
+                (long long)g.pad_x, (long long)g.dilate_y, (long long)g.dilate_x, bias ? 1 : 0);
+  const double flops = 2.0 * double(g.batch) * double(out_channels) * double(g.channels / groups) *
+                       double(g.kernel_h * g.kernel_w) * double(g.out_h * g.out_w);
+  const int rounds = flops >= 4e9 ? 1 : 3;
+  return cpu::measured_choice(
+             key, {"im2col", "onednn"},
+             [&] { return cpu::time_interleaved(2, [&](std::size_t i) { run(i); }, rounds, 1); }, flops, "") == 1;
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                        std::int64_t groups, Tensor& y) {
+  if (y.numel() == 0) return;
+  auto run = [&](std::size_t onednn) {
+    if (onednn) cpu::onednn_conv2d(x, W, b, g, groups, y);
+    else conv2d_im2col(x, W, b, g, groups, y);
+  };
+  run(onednn_measured_faster("fwd", g, W.size(0), groups, x.dtype(), b.defined(), run) ? 1 : 0);
+}
+
+void CpuBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
+                                   Tensor& gx) {
+  if (gx.numel() == 0) return;
+  auto run = [&](std::size_t onednn) {
+    if (onednn) cpu::onednn_conv2d_grad_input(gy, W, g, groups, gx);
+    else conv2d_grad_input_im2col(gy, W, g, groups, gx);
+  };
+  run(onednn_measured_faster("bwd_data", g, W.size(0), groups, gy.dtype(), false, run) ? 1 : 0);
+}
+
+void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
+                                    Tensor& gW) {
+  if (gW.numel() == 0) return;
+  auto run = [&](std::size_t onednn) {
+    if (onednn) cpu::onednn_conv2d_grad_weight(x, gy, g, groups, gW);
+    else conv2d_grad_weight_im2col(x, gy, g, groups, gW);
+  };
+  run(onednn_measured_faster("bwd_weights", g, gW.size(0), groups, x.dtype(), false, run) ? 1 : 0);
 }
 
 void CpuBackend::im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) {

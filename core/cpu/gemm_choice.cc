@@ -1,27 +1,15 @@
 #include "core/cpu/gemm_choice.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <limits>
-#include <mutex>
-#include <sstream>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
-#include "core/cpu/onednn.h"
+#include "core/cpu/measured_choice.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
-#include "core/hash.h"
 
 namespace tandem {
 namespace cpu {
@@ -69,58 +57,7 @@ Forced forced_backend() {
   return f;
 }
 
-// What makes timings from one machine invalid on another: the processor, its instruction sets,
-// the libraries linked and how this build was compiled.
-std::string machine_signature() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, model, flags;
-  while (std::getline(cpuinfo, line) && (model.empty() || flags.empty())) {
-    if (model.empty() && line.rfind("model name", 0) == 0) model = line;
-    if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
-  }
-  std::ostringstream what;
-  what << model << '|' << flags;
-#ifdef TANDEM_HAS_BLAS
-  what << "|openblas";
-#endif
-#ifdef TANDEM_HAS_DNNL
-  what << "|onednn " << DNNL_VERSION_MAJOR << '.' << DNNL_VERSION_MINOR << '.' << DNNL_VERSION_PATCH;
-#endif
-#ifdef __AVX512F__
-  what << "|avx512";
-#endif
-#ifdef __AVX2__
-  what << "|avx2";
-#endif
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a64().bytes(what.str()).digest()));
-  return hex;
-}
-
-// mkdir -p; true when the folder exists afterwards.
-bool make_folders(const std::string& path) {
-  for (std::size_t i = 1; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') ::mkdir(path.substr(0, i).c_str(), 0755);
-  }
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-std::string choice_file_path() {
-  std::string dir;
-  if (const char* d = std::getenv("TANDEM_CACHE_DIR"); d && *d) dir = d;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::string(x) + "/tandem";
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/tandem";
-  if (dir.empty() || !make_folders(dir)) return "";
-  return dir + "/gemm-" + machine_signature() + ".txt";
-}
-
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Times every candidate on a product of this shape and returns the seconds of each one's fastest
-// round. Rounds interleave the candidates, so a burst of noise hits them alike.
+// Times every candidate on a product of this shape (synthetic data).
 template <typename T>
 std::vector<double> time_candidates(const std::vector<GemmBackend>& candidates, std::int64_t m, std::int64_t n,
                                     std::int64_t k, bool ta, bool tb) {
@@ -131,120 +68,37 @@ std::vector<double> time_candidates(const std::vector<GemmBackend>& candidates, 
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n, work = m * n * k;
   const int rounds = work >= (std::int64_t(1) << 32) ? 1 : work >= (std::int64_t(1) << 26) ? 3 : 5;
   const int repeats = static_cast<int>(std::clamp<std::int64_t>((std::int64_t(1) << 21) / work, 1, 64));
-  std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
-  for (GemmBackend backend : candidates) gemm_on(backend, a.data(), lda, b.data(), ldb, c.data(), n, m, n, k, ta, tb, false);
-  for (int round = 0; round < rounds; ++round) {
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      const double start = seconds_now();
-      for (int r = 0; r < repeats; ++r) {
-        gemm_on(candidates[i], a.data(), lda, b.data(), ldb, c.data(), n, m, n, k, ta, tb, false);
-      }
-      best[i] = std::min(best[i], (seconds_now() - start) / repeats);
-    }
-  }
-  return best;
-}
-
-// The choices of this process, backed by the machine's file.
-struct ChoiceStore {
-  std::mutex mutex;
-  std::unordered_map<std::string, GemmBackend> choices;
-  bool path_known = false;
-  std::string path;
-};
-
-ChoiceStore& store() {
-  static ChoiceStore* s = new ChoiceStore;  // never destroyed: products may run during exit
-  return *s;
-}
-
-// Reads every "<class> <backend> ..." line of the file into the map.
-void read_choices(int fd, std::unordered_map<std::string, GemmBackend>& into) {
-  std::string text;
-  char buffer[4096];
-  ::lseek(fd, 0, SEEK_SET);
-  for (ssize_t got; (got = ::read(fd, buffer, sizeof(buffer))) > 0;) text.append(buffer, static_cast<std::size_t>(got));
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream words(line);
-    std::string key, name;
-    GemmBackend backend;
-    if (words >> key >> name && key[0] != '#' && parse_backend(name, &backend)) into.emplace(key, backend);
-  }
-}
-
-// One line per class, e.g. "f32.t2.NT.m6.n9.k9 onednn openblas=180.4 onednn=213.4 eigen=151.5
-// (100x1000x784)": the choice, then every candidate's GFLOP/s on the shape that was timed.
-template <typename T>
-std::string calibrate(const std::string& key, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
-                      GemmBackend* chosen) {
-  std::vector<GemmBackend> candidates;
-  for (GemmBackend b : kGemmBackends) {
-    if (gemm_backend_supports<T>(b)) candidates.push_back(b);
-  }
-  const std::vector<double> seconds = time_candidates<T>(candidates, m, n, k, ta, tb);
-  const std::size_t best = static_cast<std::size_t>(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
-  *chosen = candidates[best];
-  std::ostringstream line;
-  line << key << ' ' << gemm_backend_name(*chosen);
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    char gflops[32];
-    std::snprintf(gflops, sizeof(gflops), "%.1f", 2.0 * double(m) * double(n) * double(k) / seconds[i] / 1e9);
-    line << ' ' << gemm_backend_name(candidates[i]) << '=' << gflops;
-  }
-  line << " (" << m << 'x' << n << 'x' << k << ")\n";
-  return line.str();
+  return time_interleaved(
+      candidates.size(),
+      [&](std::size_t i) { gemm_on(candidates[i], a.data(), lda, b.data(), ldb, c.data(), n, m, n, k, ta, tb, false); },
+      rounds, repeats);
 }
 
 }  // namespace
-
-std::string gemm_choice_file() {
-  ChoiceStore& s = store();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.path_known) s.path = choice_file_path(), s.path_known = true;
-  return s.path;
-}
 
 template <typename T>
 GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
   const Forced forced = forced_backend();
   if (forced.set && gemm_backend_supports<T>(forced.backend)) return forced.backend;
+  // The default first: measured_choice falls back on candidate 0.
   const GemmBackend fallback =
       gemm_backend_supports<T>(GemmBackend::kOpenBlas) ? GemmBackend::kOpenBlas : GemmBackend::kEigen;
-  int supported = 0;
-  for (GemmBackend b : kGemmBackends) supported += gemm_backend_supports<T>(b) ? 1 : 0;
-  if (supported < 2 || m * n * k < kTimedFrom) return fallback;
+  std::vector<GemmBackend> candidates = {fallback};
+  for (GemmBackend b : kGemmBackends) {
+    if (b != fallback && gemm_backend_supports<T>(b)) candidates.push_back(b);
+  }
+  if (candidates.size() < 2 || m * n * k < kTimedFrom) return fallback;
 
   char key[96];
-  std::snprintf(key, sizeof(key), "%s.t%d.%c%c.m%d.n%d.k%d", dtype_word<T>(), max_chunks(), ta ? 'T' : 'N',
+  std::snprintf(key, sizeof(key), "gemm.%s.t%d.%c%c.m%d.n%d.k%d", dtype_word<T>(), max_chunks(), ta ? 'T' : 'N',
                 tb ? 'T' : 'N', log2_floor(m), log2_floor(n), log2_floor(k));
-  ChoiceStore& s = store();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (auto it = s.choices.find(key); it != s.choices.end()) return it->second;
-  if (!s.path_known) s.path = choice_file_path(), s.path_known = true;
-  // Another process on this machine may have timed the class already: read the file under its
-  // lock, and time the class only when it is still missing (the lock keeps the other ranks from
-  // computing on the cores meanwhile).
-  const int fd = s.path.empty() ? -1 : ::open(s.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    ::flock(fd, LOCK_EX);
-    read_choices(fd, s.choices);
-  }
-  GemmBackend chosen;
-  if (auto it = s.choices.find(key); it != s.choices.end()) {
-    chosen = it->second;
-  } else {
-    const std::string line = calibrate<T>(key, m, n, k, ta, tb, &chosen);
-    s.choices.emplace(key, chosen);
-    if (fd >= 0) {
-      ::lseek(fd, 0, SEEK_END);
-      if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-        std::fprintf(stderr, "tandem: could not record a GEMM choice in %s\n", s.path.c_str());
-      }
-    }
-  }
-  if (fd >= 0) ::close(fd);  // releases the lock
-  return chosen;
+  std::vector<std::string> names;
+  for (GemmBackend b : candidates) names.push_back(gemm_backend_name(b));
+  const std::size_t chosen = measured_choice(
+      key, names, [&] { return time_candidates<T>(candidates, m, n, k, ta, tb); },
+      2.0 * double(m) * double(n) * double(k),
+      std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+  return candidates[chosen];
 }
 
 template GemmBackend gemm_backend_for<float>(std::int64_t, std::int64_t, std::int64_t, bool, bool);

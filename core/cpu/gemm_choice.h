@@ -6,20 +6,16 @@
 // Shapes are grouped into classes: the power of two below m, n and k, the transposes, the dtype
 // and the thread count. At a class's first product every library that can run it is timed on a
 // product of that shape (synthetic data, interleaved rounds, the fastest round counts) and the
-// fastest is kept for the class. The choices are kept on disk, one file per machine (processor,
-// instruction sets and library versions), shared by every process: ranks on one machine take
-// turns (a file lock) and agree, and a rerun or a resumed run computes with the same libraries.
-// Products under 32^3 multiply-adds are not timed: OpenBLAS where it can (oneDNN's per-call cost
-// dominates there), Eigen otherwise.
+// fastest is kept for the class, on disk, shared by every process on the machine
+// (core/cpu/measured_choice.h). Products under 32^3 multiply-adds are not timed: OpenBLAS where it
+// can (oneDNN's per-call cost dominates there), Eigen otherwise.
 //
 // Environment:
 //   TANDEM_GEMM=auto|openblas|onednn|eigen   a library for every product it can run (default auto)
-//   TANDEM_CACHE_DIR=dir                     where the choices are kept (default
-//                                            $XDG_CACHE_HOME/tandem, else $HOME/.cache/tandem)
+//   TANDEM_CACHE_DIR=dir                     where the choices are kept (measured_choice.h)
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "core/cpu/gemm_kernels.h"
 
@@ -29,10 +25,6 @@ namespace cpu {
 // The library for a product of T of this shape on this thread (1 thread inside a parallel region).
 template <typename T>
 GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb);
-
-// The file the choices are kept in ("" when no cache folder could be made: choices then last
-// as long as the process).
-std::string gemm_choice_file();
 
 }  // namespace cpu
 }  // namespace tandem

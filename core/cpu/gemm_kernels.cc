@@ -104,27 +104,34 @@ void onednn_gemm(const float* a, std::int64_t lda, const float* b, std::int64_t 
   const memory::desc b_md({k, n}, memory::data_type::f32, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
   const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
   static std::mutex mutex;
-  static std::unordered_map<MatmulKey, dnnl::matmul, MatmulKeyHash> cache;
+  static std::unordered_map<MatmulKey, std::pair<dnnl::matmul, memory::desc>, MatmulKeyHash> cache;
   dnnl::matmul primitive;
+  memory::desc scratchpad_md;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it == cache.end()) {
       dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // see onednn_scratchpad
       if (accumulate) {  // C += A B: the sum post-op reads C before writing it (BLAS's beta = 1)
         dnnl::post_ops ops;
         ops.append_sum(1.0f);
         attr.set_post_ops(ops);
       }
       if (cache.size() >= kMaxCachedMatmuls) cache.clear();
-      it = cache.emplace(key, dnnl::matmul(make_matmul(a_md, b_md, c_md, attr))).first;
+      const auto pd = make_matmul(a_md, b_md, c_md, attr);
+      it = cache.emplace(key, std::make_pair(dnnl::matmul(pd), pd.scratchpad_desc())).first;
     }
-    primitive = it->second;  // a shared handle: the entry may be evicted while this one runs
+    primitive = it->second.first;  // a shared handle: the entry may be evicted while this one runs
+    scratchpad_md = it->second.second;
   }
   auto& engine = onednn_engine();
   memory am(a_md, engine, const_cast<float*>(a)), bm(b_md, engine, const_cast<float*>(b)), cm(c_md, engine, c);
   auto& stream = onednn_stream();
-  primitive.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  primitive.execute(stream, {{DNNL_ARG_SRC, am},
+                             {DNNL_ARG_WEIGHTS, bm},
+                             {DNNL_ARG_DST, cm},
+                             {DNNL_ARG_SCRATCHPAD, onednn_scratchpad(scratchpad_md)}});
   stream.wait();
 }
 #endif

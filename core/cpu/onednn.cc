@@ -1,6 +1,8 @@
 #include "core/cpu/onednn.h"
 
 #ifdef TANDEM_HAS_DNNL
+#include <vector>
+
 #include "core/cpu/parallel.h"
 
 namespace tandem {
@@ -17,6 +19,13 @@ dnnl::stream& onednn_stream() {
 }
 
 int onednn_threads() { return max_chunks(); }
+
+dnnl::memory onednn_scratchpad(const dnnl::memory::desc& md) {
+  // Grown, never shrunk: a few MB at most per thread.
+  thread_local std::vector<unsigned char> buffer;
+  if (buffer.size() < md.get_size()) buffer.resize(md.get_size());
+  return dnnl::memory(md, onednn_engine(), buffer.data());
+}
 
 }  // namespace cpu
 }  // namespace tandem

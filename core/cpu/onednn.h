@@ -24,6 +24,12 @@ dnnl::stream& onednn_stream();
 // then runs it on the calling thread alone), else OpenMP's. Part of every primitive cache key.
 int onednn_threads();
 
+// This thread's scratchpad memory for a primitive made with scratchpad_mode::user. Every tandem
+// primitive is: Debian's oneDNN keeps its own scratchpad in one global buffer (it is not built
+// for concurrent execution), so two threads running products at once (tandem's parallel regions
+// run one serial product per thread) overwrote each other's temporaries.
+dnnl::memory onednn_scratchpad(const dnnl::memory::desc& md);
+
 }  // namespace cpu
 }  // namespace tandem
 #endif

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -307,6 +308,58 @@ TEST_CASE("conv2d and its gradients match a direct convolution and its adjoints"
       REQUIRE_VALUES(gW, want_gw, 1e-12, 1e-12);
     }
   }
+}
+
+// f32 convolutions run on oneDNN or im2col, whichever was measured faster (TANDEM_CONV forces
+// one): both, and the measured choice, against the f64 convolution checked above.
+TEST_CASE("f32 conv2d and its gradients agree on oneDNN, im2col and the measured choice", "[conv]") {
+  Conv2DParams uneven = conv_params(1, 0);
+  uneven.stride_y = 2;
+  uneven.pad_x = 2;
+  uneven.dilate_y = 2;
+  const std::vector<ConvCase> cases = {
+      {{2, 3, 6, 6}, {4, 3, 3, 3}, conv_params(1, 1), true},
+      {{2, 3, 7, 7}, {4, 3, 3, 3}, conv_params(2, 1), true},
+      {{1, 2, 9, 8}, {3, 2, 3, 3}, conv_params(1, 2, 2), false},
+      {{2, 4, 5, 5}, {6, 2, 3, 3}, conv_params(1, 1, 1, 2), true},   // groups 2
+      {{3, 4, 5, 6}, {5, 4, 1, 1}, conv_params(1, 0), true},         // pointwise
+      {{2, 4, 6, 6}, {4, 1, 3, 3}, conv_params(1, 1, 1, 4), true},   // depthwise
+      {{1, 3, 7, 5}, {2, 3, 2, 4}, uneven, true},
+      {{1, 2, 5, 7}, {3, 2, 2, 2}, conv_params(2, 0), true},         // the last row and column unread
+      {{8, 16, 14, 14}, {32, 16, 3, 3}, conv_params(1, 1), true},    // a CNN layer
+  };
+  const char* saved = std::getenv("TANDEM_CONV");
+  const std::string restore = saved ? saved : "";
+  std::uint64_t seed = 700;
+  for (const ConvCase& c : cases) {
+    const Tensor x = uniform(c.x, seed++, -1, 1, DType::f64);
+    const Tensor W = uniform(c.w, seed++, -1, 1, DType::f64);
+    const Tensor b = c.bias ? uniform({c.w[0]}, seed++, -1, 1, DType::f64) : Tensor();
+    const Tensor y = conv2d(x, W, b, c.p);
+    const Tensor gy = uniform(y.shape(), seed++, -1, 1, DType::f64);
+    const Tensor gx = conv2d_grad_input(gy, W, c.x, c.p);
+    const Tensor gW = conv2d_grad_weight(x, gy, c.w, c.p);
+    for (const char* mode : {"im2col", "onednn", "auto"}) {
+      INFO("TANDEM_CONV=" << mode << " x " << shape_str(c.x) << " W " << shape_str(c.w) << " stride "
+                          << c.p.stride_y << "x" << c.p.stride_x << " pad " << c.p.pad_y << "x" << c.p.pad_x
+                          << " groups " << c.p.groups);
+      ::setenv("TANDEM_CONV", mode, 1);
+      const Tensor b32 = c.bias ? b.to(DType::f32) : Tensor();
+      const Tensor y32 = conv2d(x.to(DType::f32), W.to(DType::f32), b32, c.p);
+      REQUIRE(y32.dtype() == DType::f32);
+      REQUIRE_VALUES(y32, values(y), 1e-4, 1e-5);
+      REQUIRE_VALUES(conv2d_grad_input(gy.to(DType::f32), W.to(DType::f32), c.x, c.p), values(gx), 1e-4, 1e-5);
+      REQUIRE_VALUES(conv2d_grad_weight(x.to(DType::f32), gy.to(DType::f32), c.w, c.p), values(gW), 1e-4, 1e-4);
+    }
+  }
+  if (saved) ::setenv("TANDEM_CONV", restore.c_str(), 1);
+  else ::unsetenv("TANDEM_CONV");
+  ::setenv("TANDEM_CONV", "winograd", 1);
+  CHECK_THROWS_WITH(conv2d(uniform({1, 1, 4, 4}, 1, -1, 1, DType::f32), uniform({1, 1, 3, 3}, 2, -1, 1, DType::f32),
+                           Tensor(), conv_params(1, 0)),
+                    Contains("TANDEM_CONV=winograd") && Contains("expected auto, im2col or onednn"));
+  if (saved) ::setenv("TANDEM_CONV", restore.c_str(), 1);
+  else ::unsetenv("TANDEM_CONV");
 }
 
 TEST_CASE("conv2d with an empty batch", "[conv]") {

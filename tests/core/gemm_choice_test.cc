@@ -13,6 +13,7 @@
 
 #include "core/cpu/gemm_choice.h"
 #include "core/cpu/gemm_kernels.h"
+#include "core/cpu/measured_choice.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
 
@@ -81,6 +82,36 @@ TEST_CASE("every product library computes every layout: transposes, row strides,
   }
 }
 
+TEST_CASE("every library runs the same product on several threads at once", "[gemm]") {
+  // tandem's kernels run one serial product per thread inside their parallel regions (the
+  // convolution's images); Debian's oneDNN shares one scratchpad between threads unless given one.
+  const std::int64_t m = 32, n = 196, k = 144;
+  const auto a = random_floats(std::size_t(m * k), 4), b = random_floats(std::size_t(k * n), 5);
+  std::vector<double> want(std::size_t(m * n), 0.0);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t p = 0; p < k; ++p) want[std::size_t(i * n + j)] += double(a[i * k + p]) * b[p * n + j];
+  for (GemmBackend backend : kGemmBackends) {
+    if (!gemm_backend_supports<float>(backend)) continue;
+    INFO(gemm_backend_name(backend));
+    constexpr int kThreads = 4;
+    std::vector<std::vector<float>> c(kThreads, std::vector<float>(std::size_t(m * n), 1.0f));
+    parallel_chunks(kThreads, 1 << 20, 1, [&](std::int64_t lo, std::int64_t hi, int) {
+      for (int repeat = 0; repeat < 20; ++repeat) {
+        for (std::int64_t t = lo; t < hi; ++t) {
+          std::fill(c[t].begin(), c[t].end(), 1.0f);
+          gemm_on(backend, a.data(), k, b.data(), n, c[t].data(), n, m, n, k, false, false, true);
+        }
+      }
+    });
+    for (int t = 0; t < kThreads; ++t) {
+      double worst = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(want[i] + 1.0 - c[t][i]));
+      REQUIRE(worst < 1e-3);
+    }
+  }
+}
+
 TEST_CASE("double and integer products run on the libraries that support them", "[gemm]") {
   CHECK(gemm_backend_supports<double>(GemmBackend::kEigen));
   CHECK(gemm_backend_supports<std::int32_t>(GemmBackend::kEigen));
@@ -99,17 +130,17 @@ TEST_CASE("the choice is measured once per shape class, kept in the machine's fi
   const std::string dir = std::string(tmp ? tmp : "/tmp") + "/gemm-choice-test";
   ::setenv("TANDEM_CACHE_DIR", dir.c_str(), 1);
   ::unsetenv("TANDEM_GEMM");
-  const std::string path = gemm_choice_file();
-  // gemm_choice_file() is fixed at the first lookup of the process; this test case makes it.
-  REQUIRE(path.rfind(dir + "/gemm-", 0) == 0);
+  const std::string path = measured_choice_file();
+  // measured_choice_file() is fixed at the first lookup of the process; this test case makes it.
+  REQUIRE(path.rfind(dir + "/choices-", 0) == 0);
 
   int supported = 0;
   for (GemmBackend b : kGemmBackends) supported += gemm_backend_supports<float>(b) ? 1 : 0;
   const GemmBackend first = gemm_backend_for<float>(96, 80, 72, false, true);
   REQUIRE(gemm_backend_supports<float>(first));
   if (supported >= 2) {
-    // The class "f32.t<threads>.NT.m6.n6.k6" was timed and written down with every candidate's speed.
-    const std::string key = "f32.t" + std::to_string(max_chunks()) + ".NT.m6.n6.k6 ";
+    // The class "gemm.f32.t<threads>.NT.m6.n6.k6" was timed and written down with every candidate's speed.
+    const std::string key = "gemm.f32.t" + std::to_string(max_chunks()) + ".NT.m6.n6.k6 ";
     int found = 0;
     for (const std::string& line : file_lines(path)) {
       if (line.rfind(key, 0) != 0) continue;

@@ -1,0 +1,239 @@
+#include "core/cpu/measured_choice.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "core/cpu/onednn.h"
+#include "core/hash.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tandem {
+namespace cpu {
+
+namespace {
+
+// What makes timings from one machine invalid on another: the processor, its instruction sets,
+// the libraries linked and how this build was compiled.
+std::string machine_signature() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, model, flags;
+  while (std::getline(cpuinfo, line) && (model.empty() || flags.empty())) {
+    if (model.empty() && line.rfind("model name", 0) == 0) model = line;
+    if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+  }
+  std::ostringstream what;
+  what << model << '|' << flags;
+#ifdef TANDEM_HAS_BLAS
+  what << "|openblas";
+#endif
+#ifdef TANDEM_HAS_DNNL
+  what << "|onednn " << DNNL_VERSION_MAJOR << '.' << DNNL_VERSION_MINOR << '.' << DNNL_VERSION_PATCH;
+#endif
+#ifdef __AVX512F__
+  what << "|avx512";
+#endif
+#ifdef __AVX2__
+  what << "|avx2";
+#endif
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Fnv1a64().bytes(what.str()).digest()));
+  return hex;
+}
+
+// mkdir -p; true when the folder exists afterwards.
+bool make_folders(const std::string& path) {
+  for (std::size_t i = 1; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') ::mkdir(path.substr(0, i).c_str(), 0755);
+  }
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string choice_file_path() {
+  std::string dir;
+  if (const char* d = std::getenv("TANDEM_CACHE_DIR"); d && *d) dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::string(x) + "/tandem";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/tandem";
+  if (dir.empty() || !make_folders(dir)) return "";
+  return dir + "/choices-" + machine_signature() + ".txt";
+}
+
+// The choices of this process (key -> candidate name), backed by the machine's file.
+//
+// Two locks: `table` guards the map for the moment of a lookup; `measuring` is held while one
+// thread reads the file and measures. A measurement may make nested choices on the same thread
+// (a convolution's products), hence recursive, and may run parallel regions: a worker of such a
+// region that needs a choice the measurement has not made must not wait for the measuring thread,
+// which waits for it at the region's end. It takes candidate 0 (the callers' default) for that
+// one call, unrecorded; the callers make their nested choices before they measure, so this does
+// not happen in practice.
+struct ChoiceStore {
+  std::mutex table;
+  std::unordered_map<std::string, std::string> choices;
+  bool measuring_outside_regions = false;  // guarded by table
+  std::thread::id measurer;                // guarded by table
+
+  std::recursive_mutex measuring;
+  int depth = 0;  // nested measurements on the measuring thread
+  int fd = -1;    // the file, locked, while depth > 0
+  bool path_known = false;
+  std::string path;
+
+  const std::string& file() {
+    if (!path_known) path = choice_file_path(), path_known = true;
+    return path;
+  }
+};
+
+ChoiceStore& store() {
+  static ChoiceStore* s = new ChoiceStore;  // never destroyed: kernels may run during exit
+  return *s;
+}
+
+// Reads every "<key> <name> ..." line of the file into the map.
+void read_choices(int fd, std::unordered_map<std::string, std::string>& into) {
+  std::string text;
+  char buffer[4096];
+  ::lseek(fd, 0, SEEK_SET);
+  for (ssize_t got; (got = ::read(fd, buffer, sizeof(buffer))) > 0;) text.append(buffer, static_cast<std::size_t>(got));
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string key, name;
+    if (words >> key >> name && key[0] != '#') into.emplace(key, name);
+  }
+}
+
+std::size_t index_of(const std::vector<std::string>& names, const std::string& name) {
+  return static_cast<std::size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::string measured_choice_file() {
+  ChoiceStore& s = store();
+  std::lock_guard<std::recursive_mutex> lock(s.measuring);
+  return s.file();
+}
+
+std::vector<double> time_interleaved(std::size_t candidates, const std::function<void(std::size_t)>& run, int rounds,
+                                     int repeats) {
+  std::vector<double> best(candidates, std::numeric_limits<double>::infinity());
+  for (std::size_t i = 0; i < candidates; ++i) run(i);
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t i = 0; i < candidates; ++i) {
+      const double start = seconds_now();
+      for (int r = 0; r < repeats; ++r) run(i);
+      best[i] = std::min(best[i], (seconds_now() - start) / repeats);
+    }
+  }
+  return best;
+}
+
+std::size_t measured_choice(const std::string& key, const std::vector<std::string>& names,
+                            const std::function<std::vector<double>()>& measure, double flops,
+                            const std::string& detail) {
+  ChoiceStore& s = store();
+  auto lookup = [&](std::size_t* index) {
+    auto it = s.choices.find(key);
+    if (it == s.choices.end()) return false;
+    *index = index_of(names, it->second);
+    return *index < names.size();  // a name no longer among the candidates is measured again
+  };
+  std::size_t chosen;
+  {
+    std::lock_guard<std::mutex> lock(s.table);
+    if (lookup(&chosen)) return chosen;
+#ifdef _OPENMP
+    if (omp_in_parallel() && s.measuring_outside_regions && s.measurer != std::this_thread::get_id()) return 0;
+#endif
+  }
+  std::lock_guard<std::recursive_mutex> measuring(s.measuring);
+  const bool outermost = s.depth == 0;
+  if (outermost) {
+    // Another process on this machine may have measured it already: read the file under its
+    // lock, and measure only when the key is still missing (the lock also keeps the other ranks
+    // from computing on the cores meanwhile).
+    const std::string& path = s.file();
+    s.fd = path.empty() ? -1 : ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (s.fd >= 0) ::flock(s.fd, LOCK_EX);
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.table);
+    if (outermost && s.fd >= 0) read_choices(s.fd, s.choices);
+    if (lookup(&chosen)) {
+      if (outermost && s.fd >= 0) ::close(s.fd), s.fd = -1;  // releases the file's lock
+      return chosen;
+    }
+    if (outermost) {
+#ifdef _OPENMP
+      s.measuring_outside_regions = !omp_in_parallel();
+#endif
+      s.measurer = std::this_thread::get_id();
+    }
+  }
+  ++s.depth;
+  std::vector<double> seconds;
+  try {
+    seconds = measure();
+  } catch (...) {
+    --s.depth;
+    if (outermost) {
+      std::lock_guard<std::mutex> lock(s.table);
+      s.measuring_outside_regions = false;
+      if (s.fd >= 0) ::close(s.fd), s.fd = -1;
+    }
+    throw;
+  }
+  --s.depth;
+  chosen = static_cast<std::size_t>(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
+  // e.g. "gemm.f32.t2.NT.m6.n9.k9 onednn openblas=180.4 onednn=213.4 eigen=151.5 (100x1000x784)":
+  // GFLOP/s when the work is known, else microseconds ("us").
+  std::ostringstream line;
+  line << key << ' ' << names[chosen];
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    char figure[32];
+    if (flops > 0) std::snprintf(figure, sizeof(figure), "%.1f", flops / seconds[i] / 1e9);
+    else std::snprintf(figure, sizeof(figure), "%.1fus", seconds[i] * 1e6);
+    line << ' ' << names[i] << '=' << figure;
+  }
+  if (!detail.empty()) line << " (" << detail << ')';
+  line << '\n';
+  const std::string text = line.str();
+  if (s.fd >= 0) {
+    ::lseek(s.fd, 0, SEEK_END);
+    if (::write(s.fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      std::fprintf(stderr, "tandem: could not record a kernel choice in %s\n", s.path.c_str());
+    }
+  }
+  std::lock_guard<std::mutex> lock(s.table);
+  s.choices[key] = names[chosen];
+  if (outermost) {
+    s.measuring_outside_regions = false;
+    if (s.fd >= 0) ::close(s.fd), s.fd = -1;  // releases the file's lock
+  }
+  return chosen;
+}
+
+}  // namespace cpu
+}  // namespace tandem

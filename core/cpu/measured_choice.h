@@ -1,0 +1,40 @@
+// Choosing among kernels by measurement on the machine the program runs on: the GEMM library
+// per shape class (gemm_choice.h), oneDNN's convolution or im2col per geometry (onednn_conv.h).
+//
+// A choice has a key (what it is for, e.g. "gemm.f32.t2.NT.m6.n9.k9") and named candidates. At
+// the key's first use in a process it is looked up in the machine's file; when missing, the
+// candidates are timed and the fastest is written down with every candidate's figure. One file
+// per machine (processor, instruction sets, library versions and build flags), shared by every
+// process: ranks on one machine take turns (a file lock) and agree, and a rerun or a resumed run
+// computes with the same kernels, hence the same rounding.
+//
+//   TANDEM_CACHE_DIR=dir   where the file is kept (default $XDG_CACHE_HOME/tandem, else
+//                          $HOME/.cache/tandem; with none writable, choices last for the process)
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tandem {
+namespace cpu {
+
+// The index of the chosen candidate among `names`. `measure` returns each candidate's seconds
+// (in names' order); `flops` (the work of one run, or 0) lets the file show GFLOP/s instead of
+// microseconds; `detail` is written at the line's end (e.g. the timed shape).
+std::size_t measured_choice(const std::string& key, const std::vector<std::string>& names,
+                            const std::function<std::vector<double>()>& measure, double flops,
+                            const std::string& detail);
+
+// The machine's file ("" when no cache folder could be made).
+std::string measured_choice_file();
+
+// The seconds of each candidate's fastest round: `rounds` rounds, each running every candidate
+// `repeats` times in turn (interleaved, so that a burst of noise hits them alike), after one
+// warm-up run each.
+std::vector<double> time_interleaved(std::size_t candidates, const std::function<void(std::size_t)>& run, int rounds,
+                                     int repeats);
+
+}  // namespace cpu
+}  // namespace tandem
