@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cpu/onednn.h"
 #include "core/hash.h"
@@ -65,13 +66,32 @@ bool make_folders(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The first folder that exists or can be made: TANDEM_CACHE_DIR, the user's cache folder, the
+// test's own temporary folder (Bazel runs tests without HOME), else one under TMPDIR or /tmp.
 std::string choice_file_path() {
-  std::string dir;
-  if (const char* d = std::getenv("TANDEM_CACHE_DIR"); d && *d) dir = d;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::string(x) + "/tandem";
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/tandem";
-  if (dir.empty() || !make_folders(dir)) return "";
-  return dir + "/choices-" + machine_signature() + ".txt";
+  std::vector<std::string> folders;
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  if (!env("TANDEM_CACHE_DIR").empty()) {
+    folders.push_back(env("TANDEM_CACHE_DIR"));  // asked for: nothing else
+  } else {
+    if (!env("XDG_CACHE_HOME").empty()) folders.push_back(env("XDG_CACHE_HOME") + "/tandem");
+    if (!env("HOME").empty()) folders.push_back(env("HOME") + "/.cache/tandem");
+    if (!env("TEST_TMPDIR").empty()) folders.push_back(env("TEST_TMPDIR") + "/tandem-cache");
+    folders.push_back((env("TMPDIR").empty() ? std::string("/tmp") : env("TMPDIR")) + "/tandem-cache-" +
+                      std::to_string(::getuid()));
+  }
+  for (const std::string& dir : folders) {
+    if (!make_folders(dir) || ::access(dir.c_str(), W_OK) != 0) continue;
+    return dir + "/choices-" + machine_signature() + ".txt";
+  }
+  std::fprintf(stderr,
+               "tandem: no writable folder for the measured kernel choices (tried %s; set TANDEM_CACHE_DIR): each "
+               "process measures its own, so two runs may pick different kernels and round differently\n",
+               folders.front().c_str());
+  return "";
 }
 
 // The choices of this process (key -> candidate name), backed by the machine's file.

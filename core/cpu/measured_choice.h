@@ -9,7 +9,9 @@
 // computes with the same kernels, hence the same rounding.
 //
 //   TANDEM_CACHE_DIR=dir   where the file is kept (default $XDG_CACHE_HOME/tandem, else
-//                          $HOME/.cache/tandem; with none writable, choices last for the process)
+//                          $HOME/.cache/tandem, else $TEST_TMPDIR/tandem-cache under Bazel's
+//                          tests, else /tmp/tandem-cache-<uid>; with none writable, a warning,
+//                          and the choices last for the process)
 #pragma once
 
 #include <cstddef>
