@@ -89,9 +89,7 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
   }
   if (candidates.size() < 2 || m * n * k < kTimedFrom) return fallback;
 
-  char key[96];
-  std::snprintf(key, sizeof(key), "gemm.%s.t%d.%c%c.m%d.n%d.k%d", dtype_word<T>(), max_chunks(), ta ? 'T' : 'N',
-                tb ? 'T' : 'N', log2_floor(m), log2_floor(n), log2_floor(k));
+  const std::string key = gemm_class_key<T>("gemm", m, n, k, ta, tb);
   std::vector<std::string> names;
   for (GemmBackend b : candidates) names.push_back(gemm_backend_name(b));
   const std::size_t chosen = measured_choice(
@@ -101,6 +99,20 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
   return candidates[chosen];
 }
 
+template <typename T>
+std::string gemm_class_key(const char* family, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
+  char key[128];
+  std::snprintf(key, sizeof(key), "%s.%s.t%d.%c%c.m%d.n%d.k%d", family, dtype_word<T>(), max_chunks(), ta ? 'T' : 'N',
+                tb ? 'T' : 'N', log2_floor(m), log2_floor(n), log2_floor(k));
+  return key;
+}
+
+bool gemm_backend_forced() { return forced_backend().set; }
+
+template std::string gemm_class_key<float>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
+template std::string gemm_class_key<double>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
+template std::string gemm_class_key<std::int32_t>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
+template std::string gemm_class_key<std::int64_t>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
 template GemmBackend gemm_backend_for<float>(std::int64_t, std::int64_t, std::int64_t, bool, bool);
 template GemmBackend gemm_backend_for<double>(std::int64_t, std::int64_t, std::int64_t, bool, bool);
 template GemmBackend gemm_backend_for<std::int32_t>(std::int64_t, std::int64_t, std::int64_t, bool, bool);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/cpu/gemm_kernels.h"
 
@@ -25,6 +26,14 @@ namespace cpu {
 // The library for a product of T of this shape on this thread (1 thread inside a parallel region).
 template <typename T>
 GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb);
+
+// The key of a product's class for a choice made per class, e.g. "gemm.f32.t2.NT.m6.n9.k9" for
+// the family "gemm" (the thread count is this thread's: 1 inside a parallel region).
+template <typename T>
+std::string gemm_class_key(const char* family, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb);
+
+// Whether TANDEM_GEMM names a library (not auto).
+bool gemm_backend_forced();
 
 }  // namespace cpu
 }  // namespace tandem

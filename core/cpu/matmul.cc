@@ -2,9 +2,12 @@
 // or Eigen: core/cpu/gemm_choice.h). A single product runs multi-threaded inside the library;
 // batches of small products are spread over threads instead, each running serially.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "core/cpu/gemm.h"
 #include "core/cpu/gemm_choice.h"
+#include "core/cpu/measured_choice.h"
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
@@ -31,26 +34,20 @@ void gemm_strided(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T*
   cpu::gemm_on(cpu::gemm_backend_for<T>(m, n, k, ta, tb), a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate);
 }
 
-// Whether one product is better split over the threads by tandem than threaded inside OpenBLAS:
-// large products with a short side (an MLP's [100 x 784] x [784 x 1000], its weight gradients
-// with k = 100). On two cores OpenBLAS's own split of those ran at 145-167 GFLOP/s, two serial
-// GEMMs on halves of C at 179-203; for square products (n = 1024, 4096) and small ones (an LSTM
-// step, [64 x 256] x [256 x 1024]) OpenBLAS's split was the faster.
-bool split_by_tandem(std::int64_t m, std::int64_t n, std::int64_t k) {
+// Whether splitting one product over the threads by tandem is worth measuring: large products
+// with a short side (an MLP's [100 x 784] x [784 x 1000], its weight gradients with k = 100).
+// On two cores OpenBLAS's own split of those ran at 145-167 GFLOP/s, two serial GEMMs on halves
+// of C at 179-203; oneDNN's own split of them beat both (213 against 180 GFLOP/s for two serial
+// halves). So the split is a candidate, measured per class against one threaded product.
+bool split_candidate(std::int64_t m, std::int64_t n, std::int64_t k) {
   return std::min({m, n, k}) <= 128 && m * n * k >= (std::int64_t(1) << 26);
 }
 
-// One product on all threads: C's rows (or columns, whichever side is longer) in one block per
-// thread, each a serial GEMM, for the products split_by_tandem picks; otherwise one call,
-// which BLAS threads itself.
+// C's rows (or columns, whichever side is longer) in one block per thread, each a serial GEMM.
 template <typename T>
-void gemm_threaded(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
+void split_product(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
                    bool accumulate) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
-  if (cpu::max_chunks() < 2 || !split_by_tandem(m, n, k)) {
-    gemm_strided(a, lda, b, ldb, c, n, m, n, k, ta, tb, accumulate);
-    return;
-  }
   if (m >= n) {
     cpu::parallel_for(m, n * k, 1, [&](std::int64_t lo, std::int64_t hi) {
       // Rows lo..hi of op(A): rows of A, or columns when A is stored transposed.
@@ -62,6 +59,41 @@ void gemm_threaded(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n,
       gemm_strided(a, lda, tb ? b + lo * ldb : b + lo, ldb, c + lo, n, m, hi - lo, k, ta, tb, accumulate);
     });
   }
+}
+
+// Whether the split was measured faster than one threaded product for this class (with
+// TANDEM_GEMM forcing a library: always, as before the libraries were measured).
+template <typename T>
+bool split_measured_faster(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
+  if (cpu::gemm_backend_forced()) return true;
+  auto measure = [&] {
+    std::vector<T> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n)),
+        c(static_cast<std::size_t>(m * n));
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<T>(static_cast<int>(i % 7) - 3);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(static_cast<int>(i % 5) - 2);
+    return cpu::time_interleaved(
+        2,
+        [&](std::size_t whole) {
+          if (whole) gemm_strided(a.data(), ta ? m : k, b.data(), tb ? k : n, c.data(), n, m, n, k, ta, tb, false);
+          else split_product(a.data(), b.data(), c.data(), m, n, k, ta, tb, false);
+        },
+        3, 1);
+  };
+  return cpu::measured_choice(cpu::gemm_class_key<T>("gemm_split", m, n, k, ta, tb), {"split", "whole"}, measure,
+                              2.0 * double(m) * double(n) * double(k),
+                              std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k)) == 0;
+}
+
+// One product on all threads: split by tandem where split_measured_faster says so, otherwise
+// one call, which the library threads itself.
+template <typename T>
+void gemm_threaded(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
+                   bool accumulate) {
+  if (cpu::max_chunks() >= 2 && split_candidate(m, n, k) && split_measured_faster<T>(m, n, k, ta, tb)) {
+    split_product(a, b, c, m, n, k, ta, tb, accumulate);
+    return;
+  }
+  gemm_strided(a, ta ? m : k, b, tb ? k : n, c, n, m, n, k, ta, tb, accumulate);
 }
 
 }  // namespace

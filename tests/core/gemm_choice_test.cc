@@ -16,6 +16,9 @@
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "core/ops.h"
+#include "core/threads.h"
+#include "tests/core/test_util.h"
 
 using namespace tandem;
 using namespace tandem::cpu;
@@ -168,4 +171,40 @@ TEST_CASE("the choice is measured once per shape class, kept in the machine's fi
                     Contains("TANDEM_GEMM=mkl") && Contains("expected auto, openblas, onednn or eigen"));
   ::unsetenv("TANDEM_GEMM");
   CHECK(gemm_backend_for<float>(96, 80, 72, false, true) == first);
+}
+
+TEST_CASE("a flat product on two threads: split by tandem or threaded by the library, as measured", "[gemm]") {
+  // 100 x 1000 x 784 with W transposed (a Linear layer), and its weight gradient shape with
+  // accumulation: both are split candidates, measured against one threaded product per class.
+  const int threads_before = max_threads();
+  set_max_threads(2);
+  const Tensor x = test_util::uniform({100, 784}, 11, -1, 1, DType::f32);
+  const Tensor W = test_util::uniform({1000, 784}, 12, -1, 1, DType::f32);
+  const Tensor y = matmul(x, W, false, true);
+  const Tensor gy = test_util::uniform({100, 1000}, 13, -1, 1, DType::f32);
+  Tensor gW = test_util::uniform({1000, 784}, 14, -1, 1, DType::f32);
+  const std::vector<float> gW0 = gW.to_vector<float>();
+  matmul_accumulate_(gW, gy, x, true, false);
+  set_max_threads(threads_before);
+  const std::vector<float> px = x.to_vector<float>(), pw = W.to_vector<float>(), py = y.to_vector<float>(),
+                           pgy = gy.to_vector<float>(), pgw = gW.to_vector<float>();
+  for (int s = 0; s < 200; ++s) {  // sampled entries against double sums
+    const int i = (s * 37) % 100, j = (s * 211) % 1000, p = (s * 97) % 784;
+    double want = 0;
+    for (int q = 0; q < 784; ++q) want += double(px[i * 784 + q]) * pw[j * 784 + q];
+    REQUIRE(std::abs(want - py[i * 1000 + j]) < 1e-3);
+    double want_g = gW0[j * 784 + p];
+    for (int q = 0; q < 100; ++q) want_g += double(pgy[q * 1000 + j]) * px[q * 784 + p];
+    REQUIRE(std::abs(want_g - pgw[j * 784 + p]) < 1e-3);
+  }
+  if (!std::getenv("TANDEM_GEMM") && !measured_choice_file().empty()) {
+    int split_lines = 0;
+    for (const std::string& line : file_lines(measured_choice_file())) {
+      if (line.rfind("gemm_split.f32.t2.", 0) == 0) {
+        ++split_lines;
+        CHECK_THAT(line, Contains("split=") && Contains("whole="));
+      }
+    }
+    CHECK(split_lines == 2);  // NT m6 n9 k9 and TN m9 n9 k6
+  }
 }
