@@ -10,6 +10,8 @@
 // returns a new tensor per call, so its time includes getting the output's memory (as a user
 // pays it); the references write into a preallocated C. minflt_per_call= counts the page faults
 // of a timed product (0 when the allocator recycles the output's block).
+// library= is the product library tandem measured fastest for the shape on this machine and ran
+// (core/cpu/gemm_choice.h).
 // pct_peak= is the median against the machine's fp32 peak (../shared/bench/cpu_peak.cpp: 166.4
 // GFLOP/s per core here; BENCH_PEAK_GFLOPS_PER_CORE overrides it).
 //
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "core/cpu/gemm_choice.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"
 
@@ -115,7 +118,10 @@ bool run(int n, int threads, int warmup, int iters) {
   const double flops = 2.0 * double(n) * n * n;
   const double gflops = flops / (s.median_ms * 1e-3) / 1e9, gflops_best = flops / (s.min_ms * 1e-3) / 1e9;
   const double peak = peak_gflops_per_core() * threads;
-  bench::print_stats(id, bench::threads_tag(threads) + " n=" + std::to_string(n), s);
+  // The library the measured choice runs this shape on (core/cpu/gemm_choice.h); asked after the
+  // products, so the class is already chosen.
+  const char* library = cpu::gemm_backend_name(cpu::gemm_backend_for<float>(n, n, n, false, false));
+  bench::print_stats(id, bench::threads_tag(threads) + " n=" + std::to_string(n) + " library=" + library, s);
   std::printf(" gflops=%.1f gflops_best=%.1f peak_gflops=%.1f pct_peak=%.1f relerr=%.1e minflt_per_call=%.1f%s\n",
               gflops, gflops_best, peak, 100.0 * gflops / peak, err, double(faults) / iters,
               err > 1e-4 ? " CHECK=FAIL" : "");
