@@ -18,6 +18,8 @@ namespace {
 
 // Products under this many multiply-adds are not timed (see the header).
 constexpr std::int64_t kTimedFrom = 32 * 32 * 32;
+// Products over this many are timed on a smaller shape of the same proportions.
+constexpr std::int64_t kTimedUpTo = std::int64_t(1) << 33;
 
 template <typename T>
 const char* dtype_word() {
@@ -92,10 +94,18 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
   const std::string key = gemm_class_key<T>("gemm", m, n, k, ta, tb);
   std::vector<std::string> names;
   for (GemmBackend b : candidates) names.push_back(gemm_backend_name(b));
+  // A huge product is timed on a smaller one (its longest side halved until it is at most 2^33
+  // multiply-adds, 2048^3): at that size every library runs at its full rate already, and the
+  // first call of an 8192^3 class would otherwise stall for seconds per candidate.
+  std::int64_t tm = m, tn = n, tk = k;
+  while (tm * tn * tk > kTimedUpTo) {
+    std::int64_t& longest = tm >= tn && tm >= tk ? tm : (tn >= tk ? tn : tk);
+    longest = (longest + 1) / 2;
+  }
   const std::size_t chosen = measured_choice(
-      key, names, [&] { return time_candidates<T>(candidates, m, n, k, ta, tb); },
-      2.0 * double(m) * double(n) * double(k),
-      std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+      key, names, [&] { return time_candidates<T>(candidates, tm, tn, tk, ta, tb); },
+      2.0 * double(tm) * double(tn) * double(tk),
+      std::to_string(tm) + "x" + std::to_string(tn) + "x" + std::to_string(tk));
   return candidates[chosen];
 }
 

@@ -8,7 +8,8 @@
 // product of that shape (synthetic data, interleaved rounds, the fastest round counts) and the
 // fastest is kept for the class, on disk, shared by every process on the machine
 // (core/cpu/measured_choice.h). Products under 32^3 multiply-adds are not timed: OpenBLAS where it
-// can (oneDNN's per-call cost dominates there), Eigen otherwise.
+// can (oneDNN's per-call cost dominates there), Eigen otherwise; those over 2048^3 are timed on a
+// smaller product (the longest side halved until it fits).
 //
 // Environment:
 //   TANDEM_GEMM=auto|openblas|onednn|eigen   a library for every product it can run (default auto)
