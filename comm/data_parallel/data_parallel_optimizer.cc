@@ -219,6 +219,18 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     return shards_;
   }
 
+  std::vector<Slice> slices_of(Link& target, const std::string& param) override {
+    (void)target;
+    if (options_.zero == 0) return {};
+    ensure_plan();
+    std::vector<Slice> out;
+    if (!plan_) return out;
+    for (const GradientBucket& bucket : plan_->buckets())
+      for (const StripePiece& p : plan_->stripe_pieces(bucket, comm_->rank()))
+        if (plan_->params()[p.param].first == param) out.push_back({shard_name(p), p.begin, p.end});
+    return out;
+  }
+
   void after_update(Link& target) override {
     (void)target;
     // The slices' averaged gradients have served: their memory goes before the next backward.

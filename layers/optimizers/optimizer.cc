@@ -68,6 +68,26 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
   return out;
 }
 
+bool Optimizer::load_whole_into_slices(const std::string& param_name, const std::string& state_key,
+                                       const Tensor& whole, std::map<std::string, State>& states) {
+  if (!has_target()) return false;
+  Variable param;
+  for (auto& [name, p] : target()->namedparams()) {
+    if (name == param_name) param = p;
+  }
+  if (!param.defined()) return false;  // not the model's: the caller's error
+  TANDEM_CHECK(whole.shape() == param.shape() && whole.dtype() == param.dtype(), type_name(), ": state '", param_name,
+               "/", state_key, "' is ", whole.description(), " but the parameter is ", param.description());
+  const Tensor flat = whole.reshape({-1});
+  // This rank's slices (none: other ranks hold all of this parameter's state).
+  for (const GradientSync::Slice& slice : sync_->slices_of(*target(), param_name)) {
+    TANDEM_CHECK(0 <= slice.begin && slice.begin < slice.end && slice.end <= flat.numel(), type_name(), ": slice '",
+                 slice.name, "' does not fit '", param_name, "' of ", flat.numel(), " elements");
+    states[slice.name][state_key] = flat.slice_rows(slice.begin, slice.end).to(param.data().device()).clone();
+  }
+  return true;
+}
+
 void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& entries) {
   std::map<std::string, Variable> params;
   for (auto& [name, param] : update_params()) params[name] = param;
@@ -89,6 +109,9 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     TANDEM_CHECK(slash != std::string::npos, type_name(), ": unexpected optimizer state entry '", key, "'");
     const std::string param_name = key.substr(0, slash);
     auto param = params.find(param_name);
+    if (param == params.end() && sync_ && load_whole_into_slices(param_name, key.substr(slash + 1), tensor, states)) {
+      continue;
+    }
     TANDEM_CHECK(param != params.end(), type_name(), ": state for '", param_name, "', which the model does not have");
     TANDEM_CHECK(tensor.shape() == param->second.shape() && tensor.dtype() == param->second.dtype(), type_name(),
                  ": state '", key, "' is ", tensor.description(), " but the parameter is ", param->second.description());

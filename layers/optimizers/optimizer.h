@@ -51,6 +51,17 @@ class GradientSync {
     (void)target;
     return nullptr;
   }
+  // The slices of a whole parameter that update_params names on this rank (a sharded sync:
+  // elements [begin, end) of the flattened parameter, possibly none), so that the state a
+  // one-process run saved for that parameter loads into a sharded run. Unsharded: none.
+  struct Slice {
+    std::string name;
+    std::int64_t begin = 0, end = 0;
+  };
+  virtual std::vector<Slice> slices_of(Link& target, const std::string& param) {
+    (void)target, (void)param;
+    return {};
+  }
 };
 
 class Optimizer {
@@ -84,6 +95,9 @@ class Optimizer {
   // All state as named tensors ("<param>/<state>", plus "t" and "epoch"), for serialization.
   std::vector<std::pair<std::string, Tensor>> state_dict() const;
   // Restores what state_dict() returned; names, shapes and dtypes must match the parameters.
+  // Under a sharded data-parallel sync it also takes a whole parameter's state (what one process,
+  // or consolidate_snapshot, saved) and keeps this rank's slices of it: a run can change its
+  // number of ranks by consolidating its snapshots and loading the result.
   void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& entries);
 
  protected:
@@ -93,6 +107,10 @@ class Optimizer {
   virtual void update_one(Variable& param, State& state) = 0;
 
  private:
+  // load_state_dict's entry for a parameter of the model that update_params names only in slices.
+  bool load_whole_into_slices(const std::string& param_name, const std::string& state_key, const Tensor& whole,
+                              std::map<std::string, State>& states);
+
   LinkPtr target_;
   std::vector<std::shared_ptr<OptimizerHook>> hooks_;
   std::shared_ptr<GradientSync> sync_;

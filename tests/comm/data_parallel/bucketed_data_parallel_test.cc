@@ -268,3 +268,63 @@ TEST_CASE("data-parallel: a rank that skips a backward is an error on every rank
     REQUIRE_THROWS_WITH(adam->update(), Contains(detail::concat("rank ", last, " ran no backward since the last update")));
   }
 }
+
+TEST_CASE("data-parallel: one process's snapshot (whole optimizer state) resumes at every ZeRO stage") {
+  // One process trains 2 steps and saves its model and Adam state whole; each stage loads them
+  // (every rank the same entries: each keeps its slices) and trains step 3, which must equal
+  // the one process's step 3. This is how a run changes its number of ranks: consolidate its
+  // snapshots (consolidate_snapshot), then load the result.
+  auto comm = world();
+  const int n = comm->size();
+  std::vector<std::pair<std::string, Tensor>> saved_model, saved_state;
+  std::vector<std::vector<double>> want;
+  {
+    auto model = std::make_shared<Net>();
+    auto adam = std::make_shared<Adam>(0.01);
+    adam->setup(model);
+    for (int step = 0; step < 3; ++step) {
+      if (step == 2) {
+        for (const auto& [name, p] : model->namedparams()) saved_model.emplace_back(name, p.data().clone());
+        // Copies: the optimizer updates its state in place.
+        for (const auto& [key, value] : adam->state_dict()) saved_state.emplace_back(key, value.clone());
+      }
+      model->cleargrads();
+      Variable total;
+      for (int r = 0; r < n; ++r) {
+        Variable l = F::mul(model->loss(batch_x(step, r), batch_t(step, r), true, false), 1.0 / n);
+        total = total.defined() ? F::add(total, l) : l;
+      }
+      total.backward();
+      adam->update();
+    }
+    for (const auto& [name, p] : model->namedparams()) want.push_back(values(p.data()));
+  }
+  for (int zero : {1, 2, 3}) {
+    INFO("zero " << zero);
+    auto model = std::make_shared<Net>();
+    for (auto& [name, p] : model->namedparams())
+      for (const auto& [saved_name, value] : saved_model)
+        if (saved_name == name) {
+          Tensor data = p.data();
+          data.copy_(value);
+        }
+    auto adam = create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, make(true, 0.0005, zero));
+    adam->setup(model);
+    adam->load_state_dict(saved_state);
+    REQUIRE(adam->t() == 2);
+    model->cleargrads();
+    model->loss(batch_x(2, comm->rank()), batch_t(2, comm->rank()), true, false).backward();
+    adam->update();
+    const auto whole = gather_parameters(*adam);
+    std::vector<std::vector<double>> got;
+    for (const auto& [name, p] : model->namedparams()) got.push_back(values(p.data()));
+    require_close(got, want);
+  }
+  // A state for a parameter the model does not have is still an error, sharded or not.
+  auto model = std::make_shared<Net>();
+  auto adam = create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, make(true, 0.0005, 1));
+  adam->setup(model);
+  auto wrong = saved_state;
+  wrong.emplace_back("l9/W/m", zeros({3}, DType::f64));
+  REQUIRE_THROWS_WITH(adam->load_state_dict(wrong), Contains("state for 'l9/W', which the model does not have"));
+}
