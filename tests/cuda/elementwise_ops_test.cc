@@ -318,6 +318,7 @@ const char* unary_name(UnaryOp op) {
     case UnaryOp::scale_shift: return "scale_shift";
     case UnaryOp::rsub_scalar: return "rsub_scalar";
     case UnaryOp::rdiv_scalar: return "rdiv_scalar";
+    case UnaryOp::gelu: return "gelu";
   }
   return "?";
 }
@@ -465,6 +466,7 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::le: return "le";
     case BinaryOp::gt: return "gt";
     case BinaryOp::ge: return "ge";
+    case BinaryOp::gelu_grad: return "gelu_grad";
   }
   return "?";
 }
