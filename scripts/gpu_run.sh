@@ -346,8 +346,19 @@ run_train() {
     [train_mnist_model_parallel]="${mpi[*]} $STAGE/bin/train_mnist_model_parallel --gpu 0 --epoch $epochs --out $dir/mp"
     [seq2seq_model_parallel]="${mpi[*]} $STAGE/bin/seq2seq_model_parallel --gpu 0 --epoch $epochs --train-size 20000 --out $dir/s2s"
   )
+  # The character language model on the staged fortunes: one rank, and 2 ranks sharing the GPU
+  # split by tensors, by pipeline stages and by experts (GPU_LM_ITERATIONS steps; compare with
+  # the same commands and --gpu -1 on the CPU).
+  if [[ -x "$STAGE/bin/train_char_lm" ]]; then
+    export TANDEM_FORTUNES_DIR="$STAGE/data/fortunes"
+    local lm="$STAGE/bin/train_char_lm --gpu 0 --iterations ${GPU_LM_ITERATIONS:-300} --eval-interval 100 --final-eval 0 --sample-length 0 --progress 0"
+    cmd[train_char_lm]="$lm --out $dir/lm"
+    cmd[train_char_lm_tp2]="${mpi[*]} $lm --tp 2 --out $dir/lm_tp2"
+    cmd[train_char_lm_pp2]="${mpi[*]} $lm --pp 2 --microbatches 4 --out $dir/lm_pp2"
+    cmd[train_char_lm_moe]="${mpi[*]} $lm --experts 4 --top-k 2 --out $dir/lm_moe"
+  fi
   for name in "${!cmd[@]}"; do
-    if [[ ! -x "$STAGE/bin/$name" ]]; then echo "NOTRUN   $name (not staged)"; rc=1; continue; fi
+    if [[ ! -x "$STAGE/bin/${name%_*}" && ! -x "$STAGE/bin/$name" ]]; then echo "NOTRUN   $name (not staged)"; rc=1; continue; fi
     (
       start=$(now)
       # shellcheck disable=SC2086  # the command's words

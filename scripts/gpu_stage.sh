@@ -47,10 +47,10 @@ while (($#)); do
 done
 
 FLAGS=(-c opt --config=cuda --platform_suffix=cuda-portable --copt=-march=x86-64-v3
-       --define=tandem_blas=eigen --dynamic_mode=off --strip=always)
+       --define=tandem_blas=eigen --define=tandem_dnnl=off --dynamic_mode=off --strip=always)
 BENCH_TARGETS=(//bench:train_step_bench //bench:gemm_bench //bench:gpu_raw_bench)
 EXAMPLE_TARGETS=(//examples/mnist:train_mnist //examples/mnist:train_mnist_model_parallel
-                 //examples/seq2seq:seq2seq_model_parallel)
+                 //examples/seq2seq:seq2seq_model_parallel //examples/lm:train_char_lm)
 # Libraries every Linux has (glibc, the GCC runtime), and the CUDA libraries, which the GPU
 # machine has in /usr/local/cuda/lib64 and in the NVIDIA wheels beside PyTorch: never staged.
 SYSTEM_LIBS='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libresolv|libutil|libanl)\.so'
@@ -196,6 +196,16 @@ if [[ "${GPU_STAGE_DATA:-0}" == 1 ]] ||
   mkdir -p "$STAGE/data/fashion-mnist"
   cp -f "$data"/*-idx?-ubyte* "$STAGE/data/fashion-mnist/" || die "no IDX files in $data"
   say "staged the Fashion-MNIST files ($(du -sh "$STAGE/data" | cut -f1))"
+fi
+
+# The fortunes (English text) for the language model, when it is staged: the fortune files
+# themselves (no extension), not their indexes (.dat) or UTF-8 copies (.u8).
+if [[ -n "${BIN_OF[train_char_lm]:-}" ]]; then
+  fortunes=${TANDEM_FORTUNES_DIR:-/usr/share/games/fortunes}
+  mkdir -p "$STAGE/data/fortunes"
+  find "$fortunes" -maxdepth 1 -type f ! -name '*.*' -exec cp -f {} "$STAGE/data/fortunes/" \;
+  [[ -n "$(ls "$STAGE/data/fortunes")" ]] || die "no fortune files in $fortunes (apt-get install fortunes)"
+  say "staged the fortunes ($(du -sh "$STAGE/data/fortunes" | cut -f1))"
 fi
 
 # What the staged files need of the GPU machine's glibc and libstdc++.

@@ -92,6 +92,10 @@ Pipeline::Pipeline(CommunicatorPtr comm, Schedule schedule, std::vector<LinkPtr>
                  schedule_.describe(), " but was given ", stages.size(), " link(s)");
     for (std::size_t i = 0; i < stages.size(); ++i)
       TANDEM_CHECK(stages[i] != nullptr, "rank ", rank, " was given no link (null) for stage ", stage_ids_[i]);
+    for (std::size_t i = 1; i < stages.size(); ++i)
+      TANDEM_CHECK(stages[i]->device() == stages[0]->device(), "rank ", rank, "'s stages must be on one device, but stage ",
+                   stage_ids_[0], " is on ", stages[0]->device().str(), " and stage ", stage_ids_[i], " on ",
+                   stages[i]->device().str());
   } catch (const std::exception& e) {
     problem = e.what();
   }
@@ -107,6 +111,10 @@ Pipeline::Pipeline(CommunicatorPtr comm, Schedule schedule, std::vector<LinkPtr>
     TANDEM_CHECK(all[r]["digest"] == all[0]["digest"], "Pipeline: the ranks were given different schedules: rank 0 ",
                  all[0]["schedule"].get<std::string>(), ", rank ", r, " ", all[r]["schedule"].get<std::string>(),
                  " (or the same sizes with different action lists)");
+  // The pipeline lives where its stages are: add_child moves a child to its parent's device, and
+  // a new Link is on the CPU, so without this a rank's stages moved to a GPU before the pipeline
+  // was built would silently go back to the CPU (and train there).
+  if (!stages.empty()) to(stages.front()->device());
   for (std::size_t i = 0; i < stages.size(); ++i) {
     add_child(std::to_string(stage_ids_[i]), stages[i]);
     stages_[stage_ids_[i]] = stages[i];

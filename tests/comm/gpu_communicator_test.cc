@@ -29,6 +29,7 @@
 #include "comm/transport/communicator.h"
 #include "comm/functions.h"
 #include "comm/links/multi_node_n_step_rnn.h"
+#include "comm/pipeline/pipeline.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"
 #include "layers/links/linear.h"
@@ -491,6 +492,58 @@ TEST_CASE("gpu: bcast_data and multi_node_mean_grad on a model on the GPU") {
       INFO(cpu_params[i].first);
       check_same(gpu_params[i].second.grad(), cpu_params[i].second.grad(), my_gpu(), 1e-5);
     }
+  }
+}
+
+// Stages moved to the GPU before the Pipeline is built stay there (a new Link is on the CPU, and
+// add_child moves a child to its parent's device: the character LM trained on the CPU with
+// --gpu 0 until the pipeline took its stages' device). One step's gradients equal the CPU's.
+TEST_CASE("gpu pipeline: stages placed on the GPU before the pipeline stay there, and a step trains them there") {
+  Communicator& comm = naive();
+  const int ranks = comm.size(), r = comm.rank();
+  auto stage = [&](const Device& device) {
+    const bool last = r == ranks - 1;
+    auto link = std::make_shared<Linear>(4, last ? 3 : 4);
+    Generator gen(300 + r);
+    link->W().set_data(randn(link->W().shape(), gen, 0, 0.5, DType::f32));
+    link->b().set_data(randn(link->b().shape(), gen, 0, 0.2, DType::f32));
+    link->to(device);
+    struct Stage : Chain {
+      Stage(std::shared_ptr<Linear> l, bool last) : last_(last), l_(add_link("l", std::move(l))) {}
+      Variables forward_many(const Variables& xs) override {
+        if (!last_) return {F::tanh((*l_)(xs.at(0)))};
+        return {F::softmax_cross_entropy((*l_)(xs.at(0)), xs.at(1))};
+      }
+      bool last_;
+      std::shared_ptr<Linear> l_;
+    };
+    LinkPtr chain = std::make_shared<Stage>(link, last);
+    chain->to(device);
+    return chain;
+  };
+  Generator gen(7);
+  const Tensor x = randn({6, 4}, gen, 0, 1, DType::f32);
+  Tensor t({6}, DType::i32);
+  for (std::int64_t i = 0; i < 6; ++i) t.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 3);
+  auto run = [&](const Device& device) {
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm.shared_from_this(), pipeline::one_f_one_b(ranks, 2),
+                                                     std::vector<LinkPtr>{stage(device)});
+    for (const auto& [name, param] : pipe->namedparams()) {
+      INFO(name);
+      CHECK(param.data().device() == device);
+    }
+    pipe->cleargrads();
+    const pipeline::StepResult result = pipe->step(std::vector<Tensor>{x, t});
+    return std::make_pair(pipe, result.loss);
+  };
+  auto [cpu_pipe, cpu_loss] = run(Device::cpu());
+  auto [gpu_pipe, gpu_loss] = run(my_gpu());
+  CHECK(std::abs(gpu_loss - cpu_loss) <= 1e-5 * (1 + std::abs(cpu_loss)));
+  const auto cpu_params = cpu_pipe->namedparams(), gpu_params = gpu_pipe->namedparams();
+  REQUIRE(cpu_params.size() == gpu_params.size());
+  for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+    INFO(cpu_params[i].first);
+    check_same(gpu_params[i].second.grad(), cpu_params[i].second.grad(), my_gpu(), 1e-5);
   }
 }
 
