@@ -10,6 +10,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "comm/pipeline/pipeline_messages.h"
+#include "comm/trace/flight_recorder.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/random.h"
@@ -237,6 +238,8 @@ void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point 
   if (training) {
     for (const Action& action : schedule_.actions[static_cast<std::size_t>(comm_->rank())]) {
       timed(action, [&] {
+        // The flight recorder's entries say which stage and microbatch they served.
+        const trace::PipelineContextScope context(action.stage, action.microbatch);
         if (action.kind == ActionKind::forward) run_forward(action.stage, action.microbatch, true);
         else run_backward(action.stage, action.microbatch);
       });

@@ -18,25 +18,25 @@ namespace {
 Tensor land(Tensor y, const std::optional<Device>& device) { return device && y.defined() ? y.to(*device) : y; }
 }  // namespace
 
-Tensor Communicator::recv(int source, int tag, std::optional<Device> device) {
+Tensor Communicator::recv(int source, int tag, std::optional<Device> device, CallSite site) {
   MessageExpectation expect;
   expect.kind = comm_detail::OpKind::tensor_send;
   expect.operation = "recv";
-  return land(recv_message(source, tag, expect).tensor, device);
+  return land(recv_message(source, tag, expect, site).tensor, device);
 }
 
-Tensor Communicator::bcast(const Tensor& x, int root, std::optional<Device> device) {
-  return land(bcast(x, root), device);
+Tensor Communicator::bcast(const Tensor& x, int root, std::optional<Device> device, CallSite site) {
+  return land(bcast(x, root, site), device);
 }
 
-std::vector<Tensor> Communicator::gather(const Tensor& x, int root, std::optional<Device> device) {
-  std::vector<Tensor> ys = gather(x, root);
+std::vector<Tensor> Communicator::gather(const Tensor& x, int root, std::optional<Device> device, CallSite site) {
+  std::vector<Tensor> ys = gather(x, root, site);
   for (Tensor& y : ys) y = land(std::move(y), device);
   return ys;
 }
 
-Tensor Communicator::scatter(const std::vector<Tensor>& xs, int root, std::optional<Device> device) {
-  return land(scatter(xs, root), device);
+Tensor Communicator::scatter(const std::vector<Tensor>& xs, int root, std::optional<Device> device, CallSite site) {
+  return land(scatter(xs, root, site), device);
 }
 
 namespace {
@@ -55,8 +55,8 @@ class CompletedCollective final : public PendingCollective {
 }  // namespace
 
 std::unique_ptr<PendingCollective> Communicator::start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                                     const char* operation, bool) {
-  return std::make_unique<CompletedCollective>(allreduce_checked(x, AllreduceOp::sum, digest, operation));
+                                                                     const char* operation, bool, CallSite site) {
+  return std::make_unique<CompletedCollective>(allreduce_checked(x, AllreduceOp::sum, digest, operation, site));
 }
 
 std::vector<Tensor> comm_detail::reduce_scatter_stripes(const Tensor& x, int size, const char* operation) {
@@ -70,8 +70,9 @@ std::vector<Tensor> comm_detail::reduce_scatter_stripes(const Tensor& x, int siz
 }
 
 std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter_sum(const Tensor& x, std::uint64_t,
-                                                                          const char* operation) {
-  return std::make_unique<CompletedCollective>(reduce_scatter(comm_detail::reduce_scatter_stripes(x, size_, operation)));
+                                                                          const char* operation, CallSite site) {
+  return std::make_unique<CompletedCollective>(
+      reduce_scatter(comm_detail::reduce_scatter_stripes(x, size_, operation), site));
 }
 
 }  // namespace tandem

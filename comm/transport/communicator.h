@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "comm/transport/message.h"
+#include "core/call_site.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -122,13 +123,13 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   double timeout() const { return timeout_seconds_; }
 
   // A new communicator of the ranks that pass the same color, ordered by key (then by rank).
-  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
-  virtual void barrier() = 0;
+  virtual std::shared_ptr<Communicator> split(int color, int key, CallSite site = CallSite::current()) = 0;
+  virtual void barrier(CallSite site = CallSite::current()) = 0;
 
   // --- tensors: any dtype; the receiver learns dtype and shape from the message -------------
   // recv, bcast, gather and scatter take where their results land as the last argument, as the
   // differentiable functions do: `device` (nullopt: where the top of this file says).
-  void send(const Tensor& x, int dest, int tag = 0) { send_message(x, dest, tag, MessageOptions{}); }
+  void send(const Tensor& x, int dest, int tag = 0, CallSite site = CallSite::current()) { send_message(x, dest, tag, MessageOptions{}, site); }
   // A send that never waits for the receiver (send may, for a large message until the receiver
   // takes it): it returns once the message is posted. Messages to one (dest, tag) still arrive
   // in the order they were sent, isend or send. x's memory is kept alive until the message has
@@ -136,41 +137,41 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Posted sends complete in order as this rank goes on communicating; wait_sends() waits for
   // all of them (with the same diagnosis as any wait). Exception: with "pure_nccl", a CUDA
   // tensor of kDevicePayloadBytes or more still waits until the receiver matches its header.
-  void isend(const Tensor& x, int dest, int tag = 0) {
+  void isend(const Tensor& x, int dest, int tag = 0, CallSite site = CallSite::current()) {
     MessageOptions options;
     options.blocking = false;
-    send_message(x, dest, tag, options);
+    send_message(x, dest, tag, options, site);
   }
-  virtual void wait_sends() = 0;
+  virtual void wait_sends(CallSite site = CallSite::current()) = 0;
   // Sends posted by isend that have not completed yet.
   virtual std::size_t pending_sends() = 0;
-  Tensor recv(int source, int tag = 0, std::optional<Device> device = std::nullopt);
+  Tensor recv(int source, int tag = 0, std::optional<Device> device = std::nullopt, CallSite site = CallSite::current());
   // root's x to every rank (x is ignored, and may be undefined, elsewhere).
-  virtual Tensor bcast(const Tensor& x, int root = 0) = 0;
-  Tensor bcast(const Tensor& x, int root, std::optional<Device> device);
+  virtual Tensor bcast(const Tensor& x, int root = 0, CallSite site = CallSite::current()) = 0;
+  Tensor bcast(const Tensor& x, int root, std::optional<Device> device, CallSite site = CallSite::current());
   // At the root, one tensor per rank (shapes may differ, dtypes must match); empty elsewhere.
-  virtual std::vector<Tensor> gather(const Tensor& x, int root = 0) = 0;
-  std::vector<Tensor> gather(const Tensor& x, int root, std::optional<Device> device);
+  virtual std::vector<Tensor> gather(const Tensor& x, int root = 0, CallSite site = CallSite::current()) = 0;
+  std::vector<Tensor> gather(const Tensor& x, int root, std::optional<Device> device, CallSite site = CallSite::current());
   // The root passes one tensor per rank; every rank gets its own. Other ranks pass {}.
-  virtual Tensor scatter(const std::vector<Tensor>& xs, int root = 0) = 0;
-  Tensor scatter(const std::vector<Tensor>& xs, int root, std::optional<Device> device);
+  virtual Tensor scatter(const std::vector<Tensor>& xs, int root = 0, CallSite site = CallSite::current()) = 0;
+  Tensor scatter(const std::vector<Tensor>& xs, int root, std::optional<Device> device, CallSite site = CallSite::current());
   // Every rank gets every rank's x, in rank order.
-  virtual std::vector<Tensor> allgather(const Tensor& x) = 0;
+  virtual std::vector<Tensor> allgather(const Tensor& x, CallSite site = CallSite::current()) = 0;
   // xs[j] goes to rank j; returns, in rank order, what every rank sent to this one.
-  virtual std::vector<Tensor> alltoall(const std::vector<Tensor>& xs) = 0;
+  virtual std::vector<Tensor> alltoall(const std::vector<Tensor>& xs, CallSite site = CallSite::current()) = 0;
   // alltoall of row ranges of one tensor, of lengths that differ per destination (MPI_Alltoallv):
   // x's rows [c_0 + ... + c_{j-1}, c_0 + ... + c_j) go to rank j, where c = send_counts (one
   // per rank, summing to x's first extent; zero is fine). The receive counts travel in the
   // headers, so no rank declares them. Every rank's rows must have the same shape and dtype
   // (x.shape() past the first axis): otherwise an error on every rank listing each rank's rows.
-  virtual AlltoallvResult alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts) = 0;
+  virtual AlltoallvResult alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts, CallSite site = CallSite::current()) = 0;
   // Element-wise sum (or mean) over ranks; shapes and dtypes must match.
-  virtual Tensor allreduce(const Tensor& x, AllreduceOp op = AllreduceOp::sum) = 0;
+  virtual Tensor allreduce(const Tensor& x, AllreduceOp op = AllreduceOp::sum, CallSite site = CallSite::current()) = 0;
   // Element-wise sum at the root (undefined elsewhere).
-  virtual Tensor reduce(const Tensor& x, int root = 0) = 0;
+  virtual Tensor reduce(const Tensor& x, int root = 0, CallSite site = CallSite::current()) = 0;
   // Each rank passes one piece per rank (piece i has the same shape everywhere); rank i gets
   // the sum over ranks of piece i. The mirror of allgather.
-  virtual Tensor reduce_scatter(const std::vector<Tensor>& xs) = 0;
+  virtual Tensor reduce_scatter(const std::vector<Tensor>& xs, CallSite site = CallSite::current()) = 0;
 
   // --- collectives that overlap computation (PendingCollective above) -----------------------
   // Element-wise sum over ranks of x, whose header carries `digest` as allreduce_checked's does.
@@ -178,28 +179,28 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // collectives complete in the order started. The default runs it at once (a communicator
   // without non-blocking collectives).
   virtual std::unique_ptr<PendingCollective> start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                                 const char* operation, bool in_place = false);
+                                                                 const char* operation, bool in_place = false, CallSite site = CallSite::current());
   // x (1-D, size() * n elements) as size() stripes of n: rank r receives the sum over ranks of
   // stripe r (reduce_scatter of equal pieces, MPI_Reduce_scatter_block).
   virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
-                                                                      const char* operation);
+                                                                      const char* operation, CallSite site = CallSite::current());
 
   // --- objects: small control data as bytes -------------------------------------------------
-  virtual void send_obj(const std::string& bytes, int dest, int tag = 0) = 0;
-  virtual std::string recv_obj(int source, int tag = 0) = 0;
-  virtual std::string bcast_obj(const std::string& bytes, int root = 0) = 0;
-  virtual std::vector<std::string> gather_obj(const std::string& bytes, int root = 0) = 0;
+  virtual void send_obj(const std::string& bytes, int dest, int tag = 0, CallSite site = CallSite::current()) = 0;
+  virtual std::string recv_obj(int source, int tag = 0, CallSite site = CallSite::current()) = 0;
+  virtual std::string bcast_obj(const std::string& bytes, int root = 0, CallSite site = CallSite::current()) = 0;
+  virtual std::vector<std::string> gather_obj(const std::string& bytes, int root = 0, CallSite site = CallSite::current()) = 0;
 
   // --- collectives whose ranks must also agree on a digest ------------------------------------
   // bcast and allreduce whose header carries `digest` (e.g. of a parameter list): ranks that pass
   // different digests get the collective's disagreement error on every rank, naming `operation`.
   // The data-parallel functions (comm/data_parallel) are built on them.
-  virtual Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) = 0;
-  virtual Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) = 0;
+  virtual Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation, CallSite site = CallSite::current()) = 0;
+  virtual Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation, CallSite site = CallSite::current()) = 0;
 
   // --- for the differentiable functions (comm/functions) ------------------------------------
-  virtual void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) = 0;
-  virtual ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect) = 0;
+  virtual void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options, CallSite site = CallSite::current()) = 0;
+  virtual ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect, CallSite site = CallSite::current()) = 0;
 
  protected:
   Communicator() = default;

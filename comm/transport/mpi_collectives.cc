@@ -194,6 +194,19 @@ std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& hea
   reap_orphans();
   all.assign(size_, Header());
   all[rank_] = finish(header_for(rank_));
+  {
+    const Header& h = all[rank_];
+    trace::FlightEntry entry;
+    entry.op = comm_detail::op_kind_name(h.kind);
+    entry.collective = true;
+    entry.peer = h.root;
+    entry.sequence = sequence;
+    if (h.has_flag(comm_detail::kFlagTyped)) {
+      entry.dtype = dtype_name(h.dtype);
+      entry.shape = h.shape;
+    }
+    collective_entry_ = flight_record(std::move(entry));
+  }
   auto shared_buffers = std::make_shared<std::vector<std::vector<char>>>(size_);
   std::vector<std::vector<char>>& buffers = *shared_buffers;
   for (int peer = 0; peer < size_; ++peer) {
@@ -242,6 +255,7 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
   }
   wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
   check_headers(all, same_shape);
+  trace::FlightRecorder::instance().set_state(collective_entry_, trace::FlightState::matched);
   return all;
 }
 
@@ -290,7 +304,8 @@ void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, cons
   collective_open_ = false;
 }
 
-Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) {
+Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation, CallSite site) {
+  FlightCall flight(*this, site);
   check_root(root, operation);
   const bool is_root = rank_ == root;
   if (is_root) check_defined(x, operation);
@@ -321,9 +336,10 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   return is_root ? x : y.to(landing(from_root));
 }
 
-Tensor MpiCommunicator::bcast(const Tensor& x, int root) { return bcast_checked(x, root, 0, "bcast"); }
+Tensor MpiCommunicator::bcast(const Tensor& x, int root, CallSite site) { return bcast_checked(x, root, 0, "bcast", site); }
 
-std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
+std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root, CallSite site) {
+  FlightCall flight(*this, site);
   check_root(root, "gather");
   check_defined(x, "gather");
   const Header mine = collective_header(OpKind::gather, root, &x);
@@ -375,7 +391,8 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root) {
   return split_flat(flat.to(x.device()), shapes);
 }
 
-Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
+Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root, CallSite site) {
+  FlightCall flight(*this, site);
   check_root(root, "scatter");
   const bool is_root = rank_ == root;
   if (is_root) {
@@ -430,7 +447,8 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root) {
   return y.to(landing(mine));
 }
 
-std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
+std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
+  FlightCall flight(*this, site);
   check_defined(x, "allgather");
   const Header mine = collective_header(OpKind::allgather, -1, &x);
   const Tensor staged = transport_copy(x);  // before the exchange (see run_device_phase)
@@ -477,7 +495,8 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x) {
   return split_flat(flat.to(x.device()), shapes);
 }
 
-std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
+std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs, CallSite site) {
+  FlightCall flight(*this, site);
   TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "alltoall: rank ", rank_, " passed ", xs.size(), " tensors for ",
                size_, " ranks");
   for (const Tensor& x : xs) {
@@ -490,7 +509,8 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs) {
   return split_flat(exchanged.flat, exchanged.shapes);
 }
 
-AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts) {
+AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts, CallSite site) {
+  FlightCall flight(*this, site);
   check_defined(x, "alltoallv");
   TANDEM_CHECK(x.dim() >= 1, "alltoallv: rank ", rank_, " passed ", x.description(),
                "; its pieces are rows along the first axis, so it needs at least one axis");
@@ -608,7 +628,8 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
 }
 
 Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest,
-                                          const char* operation) {
+                                          const char* operation, CallSite site) {
+  FlightCall flight(*this, site);
   check_defined(x, operation);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   TANDEM_CHECK(op == AllreduceOp::sum || is_floating(x.dtype()), operation, ": the mean of ", x.description(),
@@ -647,9 +668,10 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   return y.to(x.device());
 }
 
-Tensor MpiCommunicator::allreduce(const Tensor& x, AllreduceOp op) { return allreduce_checked(x, op, 0, "allreduce"); }
+Tensor MpiCommunicator::allreduce(const Tensor& x, AllreduceOp op, CallSite site) { return allreduce_checked(x, op, 0, "allreduce", site); }
 
-Tensor MpiCommunicator::reduce(const Tensor& x, int root) {
+Tensor MpiCommunicator::reduce(const Tensor& x, int root, CallSite site) {
+  FlightCall flight(*this, site);
   check_root(root, "reduce");
   check_defined(x, "reduce");
   const MPI_Datatype type = mpi_type(x.dtype(), "reduce");
@@ -683,7 +705,8 @@ Tensor MpiCommunicator::reduce(const Tensor& x, int root) {
   return is_root ? y.to(x.device()) : Tensor();
 }
 
-Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
+Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs, CallSite site) {
+  FlightCall flight(*this, site);
   TANDEM_CHECK(static_cast<int>(xs.size()) == size_, "reduce_scatter: rank ", rank_, " passed ", xs.size(),
                " tensors for ", size_, " ranks");
   for (const Tensor& x : xs) {
@@ -725,7 +748,8 @@ Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs) {
   return y.to(device);
 }
 
-std::string MpiCommunicator::bcast_obj(const std::string& bytes, int root) {
+std::string MpiCommunicator::bcast_obj(const std::string& bytes, int root, CallSite site) {
+  FlightCall flight(*this, site);
   check_root(root, "bcast_obj");
   Header mine;
   mine.kind = OpKind::object_bcast;
@@ -743,7 +767,8 @@ std::string MpiCommunicator::bcast_obj(const std::string& bytes, int root) {
   return *result;
 }
 
-std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, int root) {
+std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, int root, CallSite site) {
+  FlightCall flight(*this, site);
   check_root(root, "gather_obj");
   Header mine;
   mine.kind = OpKind::object_gather;
@@ -809,7 +834,10 @@ class MpiPendingCollective final : public PendingCollective {
                           MPI_STATUSES_IGNORE),
               "MPI_Testall");
     done_ = done != 0;
-    if (done_) state_->keep_alive.clear();  // the send buffers' memory goes now, not at the update
+    if (done_) {
+      state_->keep_alive.clear();  // the send buffers' memory goes now, not at the update
+      trace::FlightRecorder::instance().set_state(state_->flight_entry, trace::FlightState::completed);
+    }
     return done_;
   }
 
@@ -823,10 +851,12 @@ class MpiPendingCollective final : public PendingCollective {
       } catch (const Error& e) {
         done_ = true;  // wait_all has set the requests aside
         comm_->broken_ = detail::concat(what, " failed in flight (", e.what(), ")");
+        trace::FlightRecorder::instance().set_state(state_->flight_entry, trace::FlightState::failed, e.what());
         throw;
       }
       done_ = true;
       state_->keep_alive.clear();
+      trace::FlightRecorder::instance().set_state(state_->flight_entry, trace::FlightState::completed);
     }
     return result_.to(device_);
   }
@@ -844,6 +874,10 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_collective(
     KeepAlive keep_alive, Tensor result, Device device) {
   auto state = std::make_shared<StartedCollective>();
   state->sequence = post_headers([&](int) { return mine; }, state->all, state->requests, state->keep_alive);
+  // The entry ends when the pending collective completes, not with this call.
+  state->flight_entry = collective_entry_;
+  if (flight_call_ && !flight_call_->ending_.empty() && flight_call_->ending_.back() == collective_entry_)
+    flight_call_->ending_.pop_back();
   // The data phase is the pending collective's from here: the next header is not "abandoned".
   collective_open_ = false;
   state->have.assign(size_, false);
@@ -871,6 +905,7 @@ void MpiCommunicator::progress_started(const StartedCollective* until, bool bloc
     const std::shared_ptr<StartedCollective> keep = started_.front();
     started_.pop_front();
     check_headers(c.all, c.same_shape);  // the same verdict on every rank
+    trace::FlightRecorder::instance().set_state(c.flight_entry, trace::FlightState::matched);
     c.post_data(c.requests);
     c.post_data = nullptr;  // it holds the buffers, which keep_alive now keeps (until completion)
     c.data_posted = true;
@@ -879,10 +914,11 @@ void MpiCommunicator::progress_started(const StartedCollective* until, bool bloc
 }
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                                        const char* operation, bool in_place) {
+                                                                        const char* operation, bool in_place, CallSite site) {
+  FlightCall flight(*this, site);
   check_defined(x, operation);
   // A device transport moves CUDA tensors in device order already: the blocking form.
-  if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation, in_place);
+  if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation, in_place, site);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   const int count = checked_int(x.nbytes(), operation) / static_cast<int>(dtype_size(x.dtype()));
   Header mine = collective_header(OpKind::allreduce, -1, &x);
@@ -902,9 +938,10 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Te
 }
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
-                                                                             const char* operation) {
+                                                                             const char* operation, CallSite site) {
+  FlightCall flight(*this, site);
   const std::vector<Tensor> stripes = comm_detail::reduce_scatter_stripes(x, size_, operation);
-  if (moves_on_device(x)) return Communicator::start_reduce_scatter_sum(x, digest, operation);
+  if (moves_on_device(x)) return Communicator::start_reduce_scatter_sum(x, digest, operation, site);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   Header mine = collective_header(OpKind::reduce_scatter, -1, &x);
   mine.digest = digest;

@@ -38,6 +38,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   int id = comm_detail::next_book_id();
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &id, 1, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce (communicator id)");
   book_ = comm_detail::open_book(id, world_rank_of_);
+  trace::FlightRecorder::instance().add_communicator({id, world_rank_of_});
 
   // Hosts by processor name: intra_* among the ranks with this rank's name, inter_* among the
   // distinct names ordered by the lowest rank that has each.
@@ -72,6 +73,38 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_NULL && comm_detail::mpi_active()) MPI_Comm_free(&comm_);
 }
 
+MpiCommunicator::FlightCall::FlightCall(MpiCommunicator& comm, const CallSite& site)
+    : comm_(comm),
+      outer_(comm.flight_call_ == nullptr),
+      user_(CallSiteScope::user_site(site)),
+      direct_(site),
+      uncaught_(std::uncaught_exceptions()) {
+  if (outer_) comm_.flight_call_ = this;
+}
+
+MpiCommunicator::FlightCall::~FlightCall() {
+  if (!outer_) return;
+  comm_.flight_call_ = nullptr;
+  const bool failed = std::uncaught_exceptions() > uncaught_;
+  for (std::int64_t id : ending_)
+    trace::FlightRecorder::instance().set_state(id, failed ? trace::FlightState::failed : trace::FlightState::completed);
+}
+
+std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_with_call) {
+  trace::FlightRecorder& recorder = trace::FlightRecorder::instance();
+  if (!recorder.enabled()) return -1;
+  entry.comm = book_->id();
+  entry.rank = rank_;
+  entry.backward = CommBackwardScope::active();
+  if (flight_call_) {
+    entry.site = flight_call_->user_;
+    entry.direct = flight_call_->direct_;
+  }
+  const std::int64_t id = recorder.record(std::move(entry));
+  if (ends_with_call && flight_call_) flight_call_->ending_.push_back(id);
+  return id;
+}
+
 MPI_Comm MpiCommunicator::split_mpi(int color, int key) {
   TANDEM_CHECK(color >= 0, "split: color ", color, " on rank ", rank_, " must be non-negative");
   Header mine;
@@ -83,14 +116,16 @@ MPI_Comm MpiCommunicator::split_mpi(int color, int key) {
   return part;
 }
 
-std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, CallSite site) {
+  FlightCall flight(*this, site);
   auto result = std::shared_ptr<MpiCommunicator>(new MpiCommunicator(split_mpi(color, key)));
   result->timeout_seconds_ = timeout_seconds_;
   result->device_ = device_;
   return result;
 }
 
-void MpiCommunicator::barrier() {
+void MpiCommunicator::barrier(CallSite site) {
+  FlightCall flight(*this, site);
   // Every rank waits for every peer's header: the exchange is the barrier.
   Header mine;
   mine.kind = comm_detail::OpKind::barrier;

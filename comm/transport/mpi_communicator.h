@@ -22,6 +22,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "comm/trace/flight_recorder.h"
 #include "comm/transport/communicator.h"
 #include "comm/transport/traffic_ledger.h"
 
@@ -36,39 +37,39 @@ class MpiCommunicator : public Communicator {
   std::string name() const override { return "naive"; }
   MPI_Comm mpi_comm() const { return comm_; }
 
-  std::shared_ptr<Communicator> split(int color, int key) override;
-  void barrier() override;
+  std::shared_ptr<Communicator> split(int color, int key, CallSite site = CallSite::current()) override;
+  void barrier(CallSite site = CallSite::current()) override;
 
   // The overloads that take a landing device (communicator.h) stay visible beside the overrides.
   using Communicator::bcast;
   using Communicator::gather;
   using Communicator::scatter;
-  Tensor bcast(const Tensor& x, int root) override;
-  std::vector<Tensor> gather(const Tensor& x, int root) override;
-  Tensor scatter(const std::vector<Tensor>& xs, int root) override;
-  std::vector<Tensor> allgather(const Tensor& x) override;
-  std::vector<Tensor> alltoall(const std::vector<Tensor>& xs) override;
-  AlltoallvResult alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts) override;
-  Tensor allreduce(const Tensor& x, AllreduceOp op) override;
-  Tensor reduce(const Tensor& x, int root) override;
-  Tensor reduce_scatter(const std::vector<Tensor>& xs) override;
+  Tensor bcast(const Tensor& x, int root, CallSite site = CallSite::current()) override;
+  std::vector<Tensor> gather(const Tensor& x, int root, CallSite site = CallSite::current()) override;
+  Tensor scatter(const std::vector<Tensor>& xs, int root, CallSite site = CallSite::current()) override;
+  std::vector<Tensor> allgather(const Tensor& x, CallSite site = CallSite::current()) override;
+  std::vector<Tensor> alltoall(const std::vector<Tensor>& xs, CallSite site = CallSite::current()) override;
+  AlltoallvResult alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts, CallSite site = CallSite::current()) override;
+  Tensor allreduce(const Tensor& x, AllreduceOp op, CallSite site = CallSite::current()) override;
+  Tensor reduce(const Tensor& x, int root, CallSite site = CallSite::current()) override;
+  Tensor reduce_scatter(const std::vector<Tensor>& xs, CallSite site = CallSite::current()) override;
 
-  void send_obj(const std::string& bytes, int dest, int tag) override;
-  std::string recv_obj(int source, int tag) override;
-  std::string bcast_obj(const std::string& bytes, int root) override;
-  std::vector<std::string> gather_obj(const std::string& bytes, int root) override;
+  void send_obj(const std::string& bytes, int dest, int tag, CallSite site = CallSite::current()) override;
+  std::string recv_obj(int source, int tag, CallSite site = CallSite::current()) override;
+  std::string bcast_obj(const std::string& bytes, int root, CallSite site = CallSite::current()) override;
+  std::vector<std::string> gather_obj(const std::string& bytes, int root, CallSite site = CallSite::current()) override;
 
-  Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation) override;
-  Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation) override;
+  Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation, CallSite site = CallSite::current()) override;
+  Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation, CallSite site = CallSite::current()) override;
   std::unique_ptr<PendingCollective> start_allreduce_sum(const Tensor& x, std::uint64_t digest,
-                                                         const char* operation, bool in_place) override;
+                                                         const char* operation, bool in_place, CallSite site = CallSite::current()) override;
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
-                                                              const char* operation) override;
+                                                              const char* operation, CallSite site = CallSite::current()) override;
 
-  void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) override;
-  void wait_sends() override;
+  void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options, CallSite site = CallSite::current()) override;
+  void wait_sends(CallSite site = CallSite::current()) override;
   std::size_t pending_sends() override;
-  ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect) override;
+  ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect, CallSite site = CallSite::current()) override;
 
   // Point-to-point payloads up to this size travel inside the header's message.
   static constexpr std::size_t kInlineBytes = 8192;
@@ -121,6 +122,35 @@ class MpiCommunicator : public Communicator {
   virtual void device_reduce(const Tensor& x, Tensor& y, int root);  // y: the root only
   // xs[i] (possibly empty; the same size on every rank) is summed into rank i's y.
   virtual void device_reduce_scatter(const std::vector<Tensor>& xs, Tensor& y);
+
+ protected:
+  // --- the flight recorder (comm/trace/flight_recorder.h) -----------------------------------
+  // Every public member opens one for its call: the entries recorded inside it (by the header
+  // exchange, send_bytes, recv_message) carry the caller's site, and those that end with the
+  // call are completed (or failed, when it throws) when it returns. A member called from
+  // another (bcast from bcast_checked) joins the outer call.
+  class FlightCall {
+   public:
+    FlightCall(MpiCommunicator& comm, const CallSite& site);
+    ~FlightCall();
+    FlightCall(const FlightCall&) = delete;
+    FlightCall& operator=(const FlightCall&) = delete;
+
+   private:
+    friend class MpiCommunicator;
+    MpiCommunicator& comm_;
+    bool outer_;
+    CallSite user_, direct_;
+    int uncaught_;
+    std::vector<std::int64_t> ending_;  // entries that end with the call
+  };
+  FlightCall* flight_call_ = nullptr;
+  // Records an entry for this communicator (its id, rank and the current call's sites); returns
+  // its id (-1 when the recorder is off). ends_with_call: completed when the public call returns
+  // (false for an isend or a started collective, completed later).
+  std::int64_t flight_record(trace::FlightEntry entry, bool ends_with_call = true);
+  // The entry of the collective whose headers this rank posted last.
+  std::int64_t collective_entry_ = -1;
 
  private:
   friend class MpiPendingCollective;  // mpi_pending.cc
@@ -221,6 +251,7 @@ class MpiCommunicator : public Communicator {
     bool data_posted = false;
     std::string operation;
     std::int64_t sequence = 0;
+    std::int64_t flight_entry = -1;
   };
   std::unique_ptr<PendingCollective> start_collective(Header mine, bool same_shape, const char* operation,
                                                       std::function<void(std::vector<MPI_Request>&)> post_data,
@@ -278,6 +309,7 @@ class MpiCommunicator : public Communicator {
     KeepAlive keep_alive;
     std::string description;  // "send f32[3] (tag 0, message #2) to rank 1"
     int dest;
+    std::int64_t flight_entry = -1;
   };
   std::deque<PendingSend> pending_sends_;
   // Completes the pending sends at the front that have gone; no waiting.

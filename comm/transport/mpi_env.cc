@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/transport/deadlock.h"
+#include "comm/transport/flight_dumps.h"
 #include "comm/transport/traffic_ledger.h"
 #include "core/error.h"
 
@@ -84,6 +85,10 @@ void print_lines(const std::string& first, const std::vector<std::string>& lines
   std::fprintf(stderr, "tandem: rank %d of %d failed: %s\ntandem: aborting all ranks (MPI_Abort)\n", g_world_rank,
                g_world_size, what.c_str());
   std::fflush(stderr);
+  try {
+    write_failure_dump(what);
+  } catch (...) {
+  }
   std::vector<std::vector<char>> buffers;
   std::vector<MPI_Request> requests;
   if (mpi_active() && g_control != MPI_COMM_NULL) {
@@ -91,6 +96,10 @@ void print_lines(const std::string& first, const std::vector<std::string>& lines
       send_reports(kFailedTag, what, buffers, requests);
     } catch (...) {
     }
+  }
+  try {
+    await_failure_report();
+  } catch (...) {
   }
   // mpiexec relays output asynchronously; MPI_Abort tears the job down at once. A moment's
   // grace lets the message above reach the user's terminal, and the peers print theirs.
@@ -143,6 +152,23 @@ int announce_finished(MPI_Comm, int, void*, void*) {
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  // A message never received fails every rank, not only the two it was between (unless a peer
+  // failed: then every rank has heard of it, and that peer is not here to take part).
+  if (g_failed.empty()) {
+    int any = g_unmatched_at_end ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, g_control);
+    if (any && !g_unmatched_at_end) {
+      print_lines("comm: other ranks ended with messages sent and never received (above); failing too", {});
+      g_unmatched_at_end = true;
+    }
+  }
+  if (g_unmatched_at_end) {
+    try {
+      write_failure_dump("the program ended with messages sent and never received, or a peer failed");
+      await_failure_report();
+    } catch (...) {
+    }
+  }
   try {
     discard_probes();
   } catch (...) {
@@ -203,6 +229,7 @@ void ensure_mpi() {
             "MPI_Comm_create_keyval");
   check_mpi(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr), "MPI_Comm_set_attr");
   if (!g_previous_terminate) g_previous_terminate = std::set_terminate(abort_job_on_terminate);
+  start_flight_dumps(g_control, g_world_rank, g_world_size);
 }
 
 void keep_until_exit(std::vector<std::shared_ptr<const void>> buffers) {

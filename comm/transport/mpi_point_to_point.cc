@@ -41,6 +41,17 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
   reap_orphans();
   header.tag = tag;
   header.sequence = book_->record_send(dest, tag, header);
+  trace::FlightEntry entry;
+  entry.op = operation;
+  entry.peer = dest;
+  entry.tag = tag;
+  entry.sequence = header.sequence;
+  if (header.kind != OpKind::object_send) {
+    entry.dtype = dtype_name(header.dtype);
+    entry.shape = header.shape;
+  }
+  const bool posted_only = !blocking && !header.has_flag(comm_detail::kFlagDevicePayload);
+  const std::int64_t flight_entry = flight_record(std::move(entry), !posted_only);
   auto buffer = std::make_shared<std::vector<char>>();
   std::vector<char>& message = *buffer;
   const std::size_t size = header.payload_bytes;
@@ -73,7 +84,8 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
   std::string description = detail::concat(header.describe(), " to rank ", dest);
   KeepAlive keep_alive{buffer, inline_payload ? nullptr : owner};
   if (!blocking && !device_payload) {
-    pending_sends_.push_back(PendingSend{std::move(requests), std::move(keep_alive), std::move(description), dest});
+    pending_sends_.push_back(
+        PendingSend{std::move(requests), std::move(keep_alive), std::move(description), dest, flight_entry});
     reap_pending_sends();
     return;
   }
@@ -89,17 +101,25 @@ void MpiCommunicator::reap_pending_sends() {
     check_mpi(MPI_Testall(static_cast<int>(front.requests.size()), front.requests.data(), &done, MPI_STATUSES_IGNORE),
               "MPI_Testall");
     if (!done) return;
+    trace::FlightRecorder::instance().set_state(front.flight_entry, trace::FlightState::completed);
     pending_sends_.pop_front();
   }
 }
 
-void MpiCommunicator::wait_sends() {
+void MpiCommunicator::wait_sends(CallSite site) {
+  FlightCall flight(*this, site);
   while (!pending_sends_.empty()) {
     PendingSend send = std::move(pending_sends_.front());
     pending_sends_.pop_front();
     // A failed wait sets the send aside with its memory (orphans), as a failed blocking send.
-    wait_all(send.requests, WaitContext{"wait_sends: " + send.description, send.dest, false},
-             std::move(send.keep_alive));
+    try {
+      wait_all(send.requests, WaitContext{"wait_sends: " + send.description, send.dest, false},
+               std::move(send.keep_alive));
+    } catch (const Error& e) {
+      trace::FlightRecorder::instance().set_state(send.flight_entry, trace::FlightState::failed, e.what());
+      throw;
+    }
+    trace::FlightRecorder::instance().set_state(send.flight_entry, trace::FlightState::completed);
   }
 }
 
@@ -128,7 +148,8 @@ void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, std::
   wait_all(requests, payload_context, {std::move(owner)});
 }
 
-void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const MessageOptions& options) {
+void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const MessageOptions& options, CallSite site) {
+  FlightCall flight(*this, site);
   const char* operation = options.kind == OpKind::fn_send        ? "send"
                           : options.kind == OpKind::fn_recv_grad ? "recv backward"
                                                                  : "send";
@@ -164,15 +185,26 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
   send_bytes(header, host.raw_data(), host.storage(), dest, tag, operation, options.blocking);
 }
 
-ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const MessageExpectation& expect) {
+ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const MessageExpectation& expect, CallSite site) {
+  FlightCall flight(*this, site);
   const char* operation = expect.operation.empty() ? "recv" : expect.operation.c_str();
   check_peer(source, tag, operation);
   reap_orphans();
   const WaitContext context{detail::concat(operation, " (from rank ", source, ", tag ", tag, ")"), source, false};
+  trace::FlightEntry entry;
+  entry.op = operation;
+  entry.peer = source;
+  entry.tag = tag;
+  entry.sequence = book_->expected(source, tag);  // the message it waits for
+  const std::int64_t flight_entry = flight_record(std::move(entry));
   Incoming incoming;
   incoming.bytes = receive_message_bytes(source, tag, context);
   incoming.message = comm_detail::decode_header(incoming.bytes.data(), incoming.bytes.size(), source);
   const Header& header = incoming.message.header;
+  trace::FlightRecorder::instance().describe(flight_entry, header.sequence,
+                                             header.kind == OpKind::object_send ? "" : dtype_name(header.dtype),
+                                             header.kind == OpKind::object_send ? Shape{} : header.shape);
+  trace::FlightRecorder::instance().set_state(flight_entry, trace::FlightState::matched);
 
   std::int64_t& expected_sequence = book_->expected(source, tag);
   std::string problem;
@@ -213,7 +245,8 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   return received;
 }
 
-void MpiCommunicator::send_obj(const std::string& bytes, int dest, int tag) {
+void MpiCommunicator::send_obj(const std::string& bytes, int dest, int tag, CallSite site) {
+  FlightCall flight(*this, site);
   check_peer(dest, tag, "send_obj");
   Header header;
   header.kind = OpKind::object_send;
@@ -223,11 +256,12 @@ void MpiCommunicator::send_obj(const std::string& bytes, int dest, int tag) {
   send_bytes(header, copy->data(), copy, dest, tag, "send_obj");
 }
 
-std::string MpiCommunicator::recv_obj(int source, int tag) {
+std::string MpiCommunicator::recv_obj(int source, int tag, CallSite site) {
+  FlightCall flight(*this, site);
   MessageExpectation expect;
   expect.kind = OpKind::object_send;
   expect.operation = "recv_obj";
-  const Tensor bytes = recv_message(source, tag, expect).tensor;
+  const Tensor bytes = recv_message(source, tag, expect, site).tensor;
   if (bytes.numel() == 0) return std::string();
   return std::string(static_cast<const char*>(bytes.raw_data()), static_cast<std::size_t>(bytes.numel()));
 }

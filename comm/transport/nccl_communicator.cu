@@ -193,7 +193,8 @@ NcclCommunicator::~NcclCommunicator() {
   (void)ncclCommDestroy(nccl_->comm);
 }
 
-std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+std::shared_ptr<Communicator> NcclCommunicator::split(int color, int key, CallSite site) {
+  FlightCall flight(*this, site);
   auto result = std::shared_ptr<NcclCommunicator>(new NcclCommunicator(split_mpi(color, key), gpu_));
   result->set_timeout(timeout());
   result->set_device(device());

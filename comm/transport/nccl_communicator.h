@@ -50,7 +50,7 @@ class NcclCommunicator final : public MpiCommunicator {
 
   std::string name() const override { return "pure_nccl"; }
   // The part keeps each rank's GPU.
-  std::shared_ptr<Communicator> split(int color, int key) override;
+  std::shared_ptr<Communicator> split(int color, int key, CallSite site = CallSite::current()) override;
 
  protected:
   bool moves_device_tensors() const override { return true; }

@@ -171,7 +171,8 @@ class FakeDeviceCommunicator final : public MpiCommunicator {
   }
 
   std::string name() const override { return "pure_nccl (stand-in)"; }
-  std::shared_ptr<Communicator> split(int color, int key) override {
+  std::shared_ptr<Communicator> split(int color, int key, CallSite site = CallSite::current()) override {
+    FlightCall flight(*this, site);
     auto part = std::shared_ptr<FakeDeviceCommunicator>(new FakeDeviceCommunicator(split_mpi(color, key)));
     part->set_timeout(timeout());
     part->set_device(device());

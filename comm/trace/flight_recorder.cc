@@ -1,0 +1,138 @@
+#include "comm/trace/flight_recorder.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace tandem::trace {
+
+namespace {
+
+thread_local std::int64_t t_stage = -1, t_microbatch = -1;
+
+std::size_t capacity_from_environment() {
+  const char* text = std::getenv("TANDEM_TRACE_BUFFER_SIZE");
+  if (!text || !*text) return 2000;
+  char* end = nullptr;
+  const long long n = std::strtoll(text, &end, 10);
+  TANDEM_CHECK(end && *end == '\0' && n >= 0 && n <= (1 << 24), "TANDEM_TRACE_BUFFER_SIZE must be an entry count in [0, ",
+               1 << 24, "], got '", text, "'");
+  return static_cast<std::size_t>(n);
+}
+
+}  // namespace
+
+const char* state_name(FlightState state) {
+  switch (state) {
+    case FlightState::posted: return "posted";
+    case FlightState::matched: return "matched";
+    case FlightState::completed: return "completed";
+    case FlightState::failed: return "failed";
+  }
+  return "?";
+}
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+FlightRecorder& FlightRecorder::instance() {
+  static FlightRecorder* recorder = new FlightRecorder();  // never destroyed: dumps run at exit
+  return *recorder;
+}
+
+FlightRecorder::FlightRecorder() : capacity_(capacity_from_environment()) { ring_.resize(capacity_); }
+
+void FlightRecorder::reset(std::size_t capacity) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capacity_ = capacity;
+  ring_.assign(capacity, FlightEntry{});
+  next_id_ = 0;
+}
+
+std::int64_t FlightRecorder::record(FlightEntry entry) {
+  if (capacity_ == 0) return -1;
+  entry.posted_us = now_us();
+  entry.state = FlightState::posted;
+  entry.stage = t_stage;
+  entry.microbatch = t_microbatch;
+  std::lock_guard<std::mutex> lock(mutex_);
+  entry.id = next_id_++;
+  ring_[static_cast<std::size_t>(entry.id) % capacity_] = std::move(entry);
+  return next_id_ - 1;
+}
+
+FlightEntry* FlightRecorder::find(std::int64_t id) {
+  if (id < 0 || capacity_ == 0) return nullptr;
+  FlightEntry& slot = ring_[static_cast<std::size_t>(id) % capacity_];
+  return slot.id == id ? &slot : nullptr;
+}
+
+void FlightRecorder::set_state(std::int64_t id, FlightState state, const std::string& error) {
+  if (id < 0) return;
+  const std::int64_t now = now_us();
+  std::lock_guard<std::mutex> lock(mutex_);
+  FlightEntry* entry = find(id);
+  if (!entry || entry->state == FlightState::completed || entry->state == FlightState::failed) return;
+  entry->state = state;
+  if (state == FlightState::matched) entry->matched_us = now;
+  else if (state != FlightState::posted) entry->ended_us = now;
+  if (!error.empty()) entry->error = error;
+}
+
+void FlightRecorder::describe(std::int64_t id, std::int64_t sequence, const std::string& dtype,
+                              const std::vector<std::int64_t>& shape) {
+  if (id < 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (FlightEntry* entry = find(id)) {
+    entry->sequence = sequence;
+    entry->dtype = dtype;
+    entry->shape = shape;
+  }
+}
+
+void FlightRecorder::add_communicator(CommunicatorInfo info) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (CommunicatorInfo& known : communicators_) {
+    if (known.id == info.id) {
+      known = std::move(info);
+      return;
+    }
+  }
+  communicators_.push_back(std::move(info));
+}
+
+std::vector<FlightEntry> FlightRecorder::entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<FlightEntry> out;
+  if (capacity_ == 0) return out;
+  const std::int64_t first = next_id_ > static_cast<std::int64_t>(capacity_) ? next_id_ - capacity_ : 0;
+  for (std::int64_t id = first; id < next_id_; ++id) out.push_back(ring_[static_cast<std::size_t>(id) % capacity_]);
+  return out;
+}
+
+std::vector<CommunicatorInfo> FlightRecorder::communicators() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return communicators_;
+}
+
+std::int64_t FlightRecorder::dropped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return capacity_ > 0 && next_id_ > static_cast<std::int64_t>(capacity_) ? next_id_ - capacity_ : 0;
+}
+
+PipelineContextScope::PipelineContextScope(std::int64_t stage, std::int64_t microbatch)
+    : stage_(t_stage), microbatch_(t_microbatch) {
+  t_stage = stage;
+  t_microbatch = microbatch;
+}
+
+PipelineContextScope::~PipelineContextScope() {
+  t_stage = stage_;
+  t_microbatch = microbatch_;
+}
+
+}  // namespace tandem::trace

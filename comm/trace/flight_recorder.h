@@ -1,0 +1,98 @@
+// The communication flight recorder: every process keeps a ring of its last communications
+// (default 2,000; TANDEM_TRACE_BUFFER_SIZE, 0 turns it off), as the user wrote them: the
+// operation, forward or backward, the peer or root, tag, sequence number, dtype and shape, the
+// pipeline stage and microbatch, the user's call site, the state (posted, matched, completed,
+// failed) and when each state was reached.
+//
+// The communicators (comm/transport) record into it. When a job fails (an exception escapes
+// main, a wait times out, the ranks disagree, a message is never received) or a rank gets
+// SIGUSR1, each rank that can writes its ring as one self-describing JSON file to
+// TANDEM_TRACE_DIR (trace_dump.h), and rank 0 prints the cross-rank report of
+// comm/trace/analysis.h. Kept cheap enough to leave on: one mutex and a few stores per entry.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/call_site.h"
+
+namespace tandem::trace {
+
+enum class FlightState : std::uint8_t { posted, matched, completed, failed };
+const char* state_name(FlightState state);
+
+struct FlightEntry {
+  std::int64_t id = -1;        // this process's entry number (increasing)
+  std::string op;              // "allreduce", "send", "recv", "bcast_obj", "recv backward", ...
+  bool collective = false;
+  bool backward = false;       // sent or received by a differentiable function's backward
+  int comm = -1;               // the communicator's id (the same on its ranks)
+  int rank = 0;                // this process's rank in that communicator
+  int peer = -1;               // point to point: the other rank; collectives: the root (-1: none)
+  int tag = -1;                // point to point only
+  std::int64_t sequence = -1;  // point to point: per (peer, tag); collectives: per communicator
+  std::string dtype;           // "" when the operation carries no tensor
+  std::vector<std::int64_t> shape;
+  std::int64_t stage = -1, microbatch = -1;  // inside a pipeline action
+  CallSite site;               // the user's call (the outermost CallSiteScope)
+  CallSite direct;             // the line that called the communicator (tandem's own, inside a scope)
+  FlightState state = FlightState::posted;
+  std::int64_t posted_us = 0, matched_us = 0, ended_us = 0;  // wall clock, microseconds since the epoch
+  std::string error;           // why it failed
+};
+
+// One communicator's members, for the dumps (the ranks' world ranks).
+struct CommunicatorInfo {
+  int id = -1;
+  std::vector<int> world_ranks;
+};
+
+class FlightRecorder {
+ public:
+  static FlightRecorder& instance();
+  bool enabled() const { return capacity_ > 0; }
+  std::size_t capacity() const { return capacity_; }
+  // Clears the ring and sets its size (0: off). For tests; the environment sets it at start.
+  void reset(std::size_t capacity);
+
+  // Stamps the entry's id, state (posted), time and pipeline context; returns its id, or -1 when off.
+  std::int64_t record(FlightEntry entry);
+  // Moves an entry on (nothing when it has left the ring or id is -1). Completed and failed are final.
+  void set_state(std::int64_t id, FlightState state, const std::string& error = "");
+  // Fills in what became known after posting (a receive learns dtype and shape from the header).
+  void describe(std::int64_t id, std::int64_t sequence, const std::string& dtype, const std::vector<std::int64_t>& shape);
+  void add_communicator(CommunicatorInfo info);
+
+  std::vector<FlightEntry> entries() const;  // oldest first
+  std::vector<CommunicatorInfo> communicators() const;
+  std::int64_t dropped() const;  // entries that left the ring
+
+ private:
+  FlightRecorder();
+  FlightEntry* find(std::int64_t id);
+
+  mutable std::mutex mutex_;
+  std::size_t capacity_;
+  std::vector<FlightEntry> ring_;  // entry #n at n % capacity
+  std::int64_t next_id_ = 0;
+  std::vector<CommunicatorInfo> communicators_;
+};
+
+// The pipeline stage and microbatch that the communications made inside the scope belong to
+// (comm/pipeline sets it around each action).
+class PipelineContextScope {
+ public:
+  PipelineContextScope(std::int64_t stage, std::int64_t microbatch);
+  ~PipelineContextScope();
+  PipelineContextScope(const PipelineContextScope&) = delete;
+  PipelineContextScope& operator=(const PipelineContextScope&) = delete;
+
+ private:
+  std::int64_t stage_, microbatch_;
+};
+
+std::int64_t now_us();
+
+}  // namespace tandem::trace

@@ -1,0 +1,105 @@
+#include "comm/transport/flight_dumps.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "comm/trace/analysis.h"
+#include "comm/trace/trace_dump.h"
+
+namespace tandem::comm_detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+bool g_dumped_for_failure = false;
+
+void on_sigusr1(int) {
+  const char byte = 1;
+  // Only async-signal-safe work here: the helper thread writes the dump.
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+std::string report_path() {
+  const trace::DumpIdentity me = trace::dump_identity();
+  return (fs::path(trace::trace_dir()) / ("tandem-trace-" + me.job + "-report.txt")).string();
+}
+
+}  // namespace
+
+void start_flight_dumps(MPI_Comm control, int world_rank, int world_size) {
+  // The job's name: rank 0's process id and start time, the same on every rank.
+  long long token[2] = {static_cast<long long>(getpid()),
+                        static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                                   std::chrono::system_clock::now().time_since_epoch())
+                                                   .count())};
+  MPI_Bcast(token, 2, MPI_LONG_LONG, 0, control);
+  char job[64];
+  std::snprintf(job, sizeof job, "%lld-%lld", token[1], token[0]);
+  trace::set_dump_identity({job, world_rank, world_size});
+
+  // SIGUSR1 dumps the ring (again each time), unless the program handles SIGUSR1 itself.
+  struct sigaction previous {};
+  if (sigaction(SIGUSR1, nullptr, &previous) != 0 || previous.sa_handler != SIG_DFL) return;
+  if (pipe(g_signal_pipe) != 0) return;
+  std::thread([] {
+    char byte;
+    while (read(g_signal_pipe[0], &byte, 1) == 1) {
+      const std::string path = trace::write_dump("SIGUSR1", true);
+      if (!path.empty()) std::fprintf(stderr, "tandem: flight recorder written to %s\n", path.c_str());
+      else std::fprintf(stderr, "tandem: SIGUSR1: set TANDEM_TRACE_DIR to write the flight recorder\n");
+    }
+  }).detach();
+  struct sigaction action {};
+  action.sa_handler = on_sigusr1;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+void write_failure_dump(const std::string& reason) {
+  if (g_dumped_for_failure) return;
+  g_dumped_for_failure = true;
+  const std::string path = trace::write_dump(reason);
+  if (!path.empty()) std::fprintf(stderr, "tandem: flight recorder written to %s\n", path.c_str());
+}
+
+void await_failure_report() {
+  const std::string dir = trace::trace_dir();
+  if (dir.empty() || !g_dumped_for_failure) return;
+  const trace::DumpIdentity me = trace::dump_identity();
+  using clock = std::chrono::steady_clock;
+  if (me.rank != 0) {
+    // Rank 0 prints the report; MPI_Abort from here would cut it short.
+    const auto deadline = clock::now() + std::chrono::seconds(5);
+    while (clock::now() < deadline && !fs::exists(report_path()))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return;
+  }
+  const auto deadline = clock::now() + std::chrono::seconds(3);
+  for (;;) {
+    int present = 0;
+    for (int r = 0; r < me.world_size; ++r) present += fs::exists(trace::dump_path(dir, me.job, r)) ? 1 : 0;
+    if (present == me.world_size || clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  try {
+    const std::string report = trace::analyze(trace::read_dumps(dir, me.job));
+    std::string text = "tandem: the ranks' flight recorders (" + dir + "):\n" + report;
+    std::fputs(text.c_str(), stderr);
+    std::fflush(stderr);
+    std::ofstream(report_path()) << report;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: could not analyse the flight recorders in %s: %s\n", dir.c_str(), e.what());
+    std::ofstream(report_path()) << "analysis failed: " << e.what() << "\n";
+  }
+}
+
+}  // namespace tandem::comm_detail
