@@ -21,10 +21,18 @@ namespace {
 int g_signal_pipe[2] = {-1, -1};
 bool g_dumped_for_failure = false;
 
-void on_sigusr1(int) {
+struct sigaction g_previous_usr1 {};
+
+void on_sigusr1(int signal, siginfo_t* info, void* context) {
   const char byte = 1;
   // Only async-signal-safe work here: the helper thread writes the dump.
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+  // A handler installed before ours (the MPI library's) still runs.
+  if (g_previous_usr1.sa_flags & SA_SIGINFO) {
+    if (g_previous_usr1.sa_sigaction) g_previous_usr1.sa_sigaction(signal, info, context);
+  } else if (g_previous_usr1.sa_handler != SIG_DFL && g_previous_usr1.sa_handler != SIG_IGN) {
+    g_previous_usr1.sa_handler(signal);
+  }
 }
 
 std::string report_path() {
@@ -45,9 +53,7 @@ void start_flight_dumps(MPI_Comm control, int world_rank, int world_size) {
   std::snprintf(job, sizeof job, "%lld-%lld", token[1], token[0]);
   trace::set_dump_identity({job, world_rank, world_size});
 
-  // SIGUSR1 dumps the ring (again each time), unless the program handles SIGUSR1 itself.
-  struct sigaction previous {};
-  if (sigaction(SIGUSR1, nullptr, &previous) != 0 || previous.sa_handler != SIG_DFL) return;
+  // SIGUSR1 dumps the ring (again each time); a handler already there is called after ours.
   if (pipe(g_signal_pipe) != 0) return;
   std::thread([] {
     char byte;
@@ -58,10 +64,10 @@ void start_flight_dumps(MPI_Comm control, int world_rank, int world_size) {
     }
   }).detach();
   struct sigaction action {};
-  action.sa_handler = on_sigusr1;
+  action.sa_sigaction = on_sigusr1;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &action, nullptr);
+  action.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigaction(SIGUSR1, &action, &g_previous_usr1);
 }
 
 void write_failure_dump(const std::string& reason) {

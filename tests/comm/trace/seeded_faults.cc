@@ -2,10 +2,12 @@
 // seeded_faults_test.sh: every rank must exit non-zero, and rank 0's flight-recorder report
 // must name the ranks, the operations and the lines below (found by their FAULT markers).
 //
-//   mpiexec -n N seeded_faults missing_recv|tag_mismatch|shape_mismatch|skipped_allreduce|exception|dtype_mismatch
+//   mpiexec -n N seeded_faults missing_recv|tag_mismatch|shape_mismatch|skipped_allreduce|exception|dtype_mismatch|hang
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "comm/transport/communicator.h"
 #include "core/ops.h"
@@ -41,6 +43,10 @@ int main(int argc, char** argv) {
   } else if (fault == "dtype_mismatch") {
     const Tensor mine = full({4}, 1.0, rank == 1 ? DType::f64 : DType::f32);
     comm->allreduce(mine);  // FAULT:dtype_mismatch:allreduce
+  } else if (fault == "hang") {
+    // No timeout and no error: the user sends SIGUSR1 to see what the ranks are doing.
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::seconds(60));
+    if (rank == 1) comm->recv(0, 0);  // FAULT:hang:recv
   } else {
     std::fprintf(stderr, "seeded_faults: unknown fault %s\n", fault.c_str());
     return 2;

@@ -6,6 +6,7 @@
 set -u
 binary="$1"
 source_file="$2"
+analyzer="$3"
 failures=0
 timeout_s=5
 
@@ -73,5 +74,29 @@ for ranks in 2 3; do
     if [ "$failures" -gt 0 ]; then echo "--- output of $case_name:"; cat "$log"; fi
   done
 done
+# A hang without a timeout: SIGUSR1 makes every rank write its ring, and the analyser says who
+# waits where.
+case_name="hang, SIGUSR1"
+dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/trace.XXXXXX")
+TANDEM_TRACE_DIR="$dir" timeout --signal=KILL 60 /usr/bin/mpiexec.mpich -n 2 "$binary" hang > "$dir/output.log" 2>&1 &
+job=$!
+for _ in $(seq 100); do  # until both ranks are up and rank 1 waits (at most 10 s)
+  sleep 0.1
+  [ "$(pgrep -f "$binary hang" | wc -l)" -ge 2 ] && break
+done
+sleep 1
+pkill -USR1 -f "^$binary hang"
+for _ in $(seq 100); do
+  [ "$(ls "$dir"/tandem-trace-*-rank*.json 2> /dev/null | wc -l)" -ge 2 ] && break
+  sleep 0.1
+done
+pkill -KILL -f "^$binary hang"
+wait "$job" 2> /dev/null
+"$analyzer" "$dir" > "$dir/report.txt" 2>&1
+echo "=== $case_name"
+cat "$dir/report.txt"
+expect "$dir/report.txt" "2 of 2 rank(s) dumped" "rank 1 (" "SIGUSR1" \
+  "rank 1: waiting in recv (from rank 0, tag 0, message #0) at tests/comm/trace/$(basename "$source_file"):$(line_of hang recv)"
+
 echo "seeded_faults_test: $failures failure(s)"
 [ "$failures" -eq 0 ]
