@@ -18,6 +18,20 @@
 
 namespace tandem {
 
+// What a graph dump (autograd/graph_dump.h) shows of a function beyond its name(). Ordinary
+// functions have nothing to add. Communication functions say whom they exchange with, so that
+// one rank's dump shows where its messages go and the merged dump of a job (comm/graph) can join
+// the ranks' graphs: each send to its recv, each collective across its ranks.
+struct FunctionDescription {
+  enum class Exchange { none, send, recv, collective };
+  Exchange exchange = Exchange::none;
+  int peer = -1;  // send: the destination; recv: the source; a collective with a root: the root
+  int tag = -1;   // send and recv
+  int rank = -1, size = 0;  // this rank in the communicator, and the communicator's size
+  const void* communicator = nullptr;  // identity only: messages are matched within one
+  std::string detail;  // anything else worth a line in the dump
+};
+
 class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
  public:
   virtual ~FunctionNode() = default;
@@ -40,6 +54,8 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   // must send the gradient of its output back, and both ranks must agree on that.
   virtual bool always_record() const { return false; }
   virtual bool zero_fill_grad_outputs() const { return true; }
+  // For graph dumps; see FunctionDescription.
+  virtual FunctionDescription describe() const { return {}; }
 
   Variables apply(const Variables& inputs);
 

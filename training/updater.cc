@@ -38,6 +38,7 @@ void StandardUpdater::set_accumulation(int k) {
 Observation StandardUpdater::update() {
   // Optimizer::update(lossfun), with the backward left out when the loss function ran it.
   optimizer_->target()->cleargrads();
+  last_loss_ = Variable();  // the last step's graph goes before this step's is built
   Observation reported;
   double loss_sum = 0;
   bool scalar_loss = false;
@@ -62,6 +63,7 @@ Observation StandardUpdater::update() {
         result.loss.backward(seed);
       }
     }
+    if (k + 1 == accumulation_) last_loss_ = result.loss;
     for (const auto& [name, value] : result.observation) reported["main/" + name] += value / accumulation_;
     // A model-parallel rank without a loss of its own returns a delegate variable (size 0).
     if (result.loss.numel() == 1) {

@@ -61,6 +61,9 @@ class StandardUpdater {
   bool is_new_epoch() const { return iterator_->is_new_epoch(); }
   // Examples in the last batch (for items/s).
   std::int64_t last_batch_size() const { return last_batch_size_; }
+  // The last step's loss (or delegate) variable, with the graph behind it (its saved tensors
+  // freed by backward), for DumpGraph; let go when the next step starts.
+  const Variable& last_loss() const { return last_loss_; }
 
   Iterator& iterator() { return *iterator_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -72,6 +75,7 @@ class StandardUpdater {
   LossFunction loss_;
   std::int64_t iteration_ = 0;
   std::int64_t last_batch_size_ = 0;
+  Variable last_loss_;
   int accumulation_ = 1;
 };
 

@@ -14,6 +14,8 @@ class CollectiveFunction : public CommunicationNode {
   using CommunicationNode::CommunicationNode;
 
  protected:
+  // For the collectives with a root (bcast, gather, scatter): the root in graph dumps.
+  FunctionDescription rooted(int root) const { return exchange(FunctionDescription::Exchange::collective, root); }
   bool differentiable() const { return is_floating(dtype_); }
   DType dtype_ = DType::f32;
 };
@@ -22,6 +24,7 @@ class Bcast final : public CollectiveFunction {
  public:
   Bcast(Communicator& comm, int root, std::optional<Device> device) : CollectiveFunction(comm, device), root_(root) {}
   std::string name() const override { return "bcast"; }
+  FunctionDescription describe() const override { return rooted(root_); }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);
     const bool is_root = comm_->rank() == root_;
@@ -47,6 +50,7 @@ class Gather final : public CollectiveFunction {
  public:
   Gather(Communicator& comm, int root, std::optional<Device> device) : CollectiveFunction(comm, device), root_(root) {}
   std::string name() const override { return "gather"; }
+  FunctionDescription describe() const override { return rooted(root_); }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);
     dtype_ = inputs[0].dtype();
@@ -70,6 +74,7 @@ class Scatter final : public CollectiveFunction {
   Scatter(Communicator& comm, int root, std::optional<Device> device)
       : CollectiveFunction(comm, device), root_(root) {}
   std::string name() const override { return "scatter"; }
+  FunctionDescription describe() const override { return rooted(root_); }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);
     const bool is_root = comm_->rank() == root_;

@@ -25,12 +25,18 @@ class CommunicationNode : public FunctionNode {
   enum class Participation { always, once_recorded, as_usual };
   bool always_record() const override { return participation_ == Participation::always; }
   bool always_run_backward() const override { return participation_ != Participation::as_usual; }
+  // Graph dumps: every rank of the communicator takes part, unless a subclass names a peer.
+  FunctionDescription describe() const override { return exchange(FunctionDescription::Exchange::collective); }
 
   explicit CommunicationNode(Communicator& comm, std::optional<Device> device = std::nullopt,
                              Participation participation = Participation::always)
       : comm_(comm.shared_from_this()), device_(device), participation_(participation) {}
 
  protected:
+  // This node's exchange on comm_, for describe(): peer is the other rank or a collective's root.
+  FunctionDescription exchange(FunctionDescription::Exchange kind, int peer = -1, int tag = -1) const {
+    return {kind, peer, tag, comm_->rank(), comm_->size(), comm_.get(), {}};
+  }
 
   void remember_inputs(const std::vector<Tensor>& inputs) {
     for (const Tensor& x : inputs) inputs_.push_back({x.shape(), x.dtype(), x.device()});

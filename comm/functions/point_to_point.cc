@@ -13,6 +13,7 @@ class SendFunction final : public CommunicationNode {
  public:
   SendFunction(Communicator& comm, int peer, int tag) : CommunicationNode(comm), peer_(peer), tag_(tag) {}
   std::string name() const override { return "send"; }
+  FunctionDescription describe() const override { return exchange(FunctionDescription::Exchange::send, peer_, tag_); }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& xs) override {
     TANDEM_CHECK(!xs.empty(), "send: nothing to send from rank ", comm_->rank(), " to rank ", peer_);
@@ -53,6 +54,7 @@ class RecvFunction final : public CommunicationNode {
   RecvFunction(Communicator& comm, int peer, int tag, std::optional<Device> device)
       : CommunicationNode(comm, device), peer_(peer), tag_(tag) {}
   std::string name() const override { return "recv"; }
+  FunctionDescription describe() const override { return exchange(FunctionDescription::Exchange::recv, peer_, tag_); }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);  // the delegate, if any

@@ -13,6 +13,7 @@
 #include "layers/links/classifier.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
+#include "training/extensions/dump_graph.h"
 #include "training/extensions/evaluator.h"
 #include "training/extensions/reporting.h"
 #include "training/trainer.h"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
     Trainer trainer(updater, Trigger::epochs(epochs), flags.get_string("out"), model);
     trainer.extend(std::make_shared<Evaluator>(test_iter, model));
     examples::extend_with_report(trainer);
+    trainer.extend(std::make_shared<DumpGraph>("main/loss"));  // out/cg.dot (and cg.svg): the graph of a step
     trainer.extend(std::make_shared<SnapshotWriter>(), Trigger::epochs(frequency));
 
     std::string resume = flags.get_string("resume");

@@ -8,6 +8,7 @@
 
 #include "comm/data/empty_dataset.h"
 #include "comm/functions.h"
+#include "comm/graph/multi_node_dump_graph.h"
 #include "comm/links/multi_node_chain_list.h"
 #include "comm/training/multi_node_snapshot.h"
 #include "examples/mnist/mnist_common.h"
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     examples::extend_with_report(trainer);
   }
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
+  trainer.extend(create_multi_node_dump_graph(comm));  // both ranks' graphs in rank 0's out/cg.dot (and cg.svg)
   examples::resume(trainer, *comm, flags, "train_mnist_model_parallel");
   trainer.run();
   examples::print_final_metrics(evaluator->evaluate(), rank);  // both ranks take part

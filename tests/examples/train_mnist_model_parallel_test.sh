@@ -15,6 +15,9 @@ for form in chainlist explicit; do
   test -f "$out/log" && test -f "$out/snapshot_iter_120.npz" && test -f "$out/rank1/snapshot_iter_120.npz" \
     && test -f "$out/snapshot_manifest.json" \
     || { ls -R "$out"; echo "FAIL: $form outputs"; exit 1; }
+  # Both ranks' graphs in rank 0's cg.dot (DumpGraph): two clusters, joined by the two messages.
+  grep -q cluster_rank1 "$out/cg.dot" && [[ $(grep -c 'color="#c03000"' "$out/cg.dot") -eq 2 ]] \
+    || { cat "$out/cg.dot"; echo "FAIL: $form graph"; exit 1; }
   /usr/bin/python3 - "$out/log" <<'PY' || exit 1
 import json, sys
 log = json.load(open(sys.argv[1]))

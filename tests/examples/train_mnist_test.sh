@@ -10,6 +10,7 @@ export OMP_NUM_THREADS=1
 "$bin" --epoch 1 --unit 50 --batchsize 500 --out "$out" | tee "$TEST_TMPDIR/first.txt"
 test -f "$out/log"
 test -f "$out/snapshot_iter_120.npz"
+grep -q 'label="predictor/l1/W\\nf32\[50, 784\]"' "$out/cg.dot"  # DumpGraph: the graph of a step
 /usr/bin/python3 - "$out/log" <<'PY'
 import json, sys
 log = json.load(open(sys.argv[1]))
