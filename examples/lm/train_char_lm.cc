@@ -25,8 +25,9 @@
 // Rank 0 prints the corpus (and its unigram baseline in bits per character), a progress bar and
 // a row per --eval-interval iterations (training and validation loss and bits per character),
 // then the loss on the whole validation text and a --sample-length sample from the trained
-// model (seeded; --temperature 0: greedy). <out>/log is the JSON log, <out>/vocabulary.txt the
-// characters; snapshots every --snapshot-interval iterations, --resume latest continues.
+// model (seeded; --temperature 0: greedy). <out>/log is the JSON log, <out>/loss.png its losses
+// plotted, <out>/vocabulary.txt the characters; snapshots every --snapshot-interval iterations,
+// --resume latest continues.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -46,6 +47,7 @@
 #include "examples/mnist/multi_rank.h"
 #include "layers/optimizers/adam.h"
 #include "training/extensions/evaluator.h"
+#include "training/extensions/plot_report.h"
 #include "training/extensions/reporting.h"
 #include "training/trainer.h"
 
@@ -232,6 +234,9 @@ int main(int argc, char** argv) {
     if (config.capacity_factor > 0) columns.push_back("main/moe/dropped");
     columns.push_back("elapsed_time");
     trainer.extend(std::make_shared<PrintReport>(log, columns), Trigger::iterations(eval_interval));
+    // <out>/loss.png (and .svg, .dat): the losses at each evaluation (needs gnuplot).
+    trainer.extend(std::make_shared<PlotReport>(std::vector<std::string>{"main/loss", "validation/main/loss"},
+                                                "iteration", Trigger::iterations(eval_interval), "loss.png"));
     if (flags.get_int("progress") != 0) trainer.extend(std::make_shared<ProgressBar>(10));
   }
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::iterations(flags.get_int("snapshot-interval")));

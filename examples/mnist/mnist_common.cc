@@ -1,5 +1,6 @@
 #include "examples/mnist/mnist_common.h"
 
+#include "training/extensions/plot_report.h"
 #include "training/extensions/reporting.h"
 
 namespace tandem::examples {
@@ -55,6 +56,11 @@ void extend_with_report(Trainer& trainer) {
       log, std::vector<std::string>{"epoch", "main/loss", "validation/main/loss", "main/accuracy",
                                     "validation/main/accuracy", "elapsed_time"}));
   trainer.extend(std::make_shared<ProgressBar>());
+  // out/loss.png and out/accuracy.png (and .svg, .dat), redrawn every epoch (needs gnuplot).
+  trainer.extend(std::make_shared<PlotReport>(std::vector<std::string>{"main/loss", "validation/main/loss"}, "epoch",
+                                              Trigger::epochs(1), "loss.png"));
+  trainer.extend(std::make_shared<PlotReport>(std::vector<std::string>{"main/accuracy", "validation/main/accuracy"},
+                                              "epoch", Trigger::epochs(1), "accuracy.png"));
 }
 
 }  // namespace tandem::examples

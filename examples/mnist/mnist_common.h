@@ -1,5 +1,5 @@
 // What the MNIST trainers share: Chainer's MLP, the common flags, and the report (log,
-// per-epoch table, progress bar) that rank 0 (or the only process) prints.
+// per-epoch table, progress bar, plots) that rank 0 (or the only process) prints.
 #pragma once
 
 #include <memory>
@@ -58,7 +58,8 @@ void add_training_flags(Flags& flags, const std::string& batchsize_help, const s
 // Fashion-MNIST), each image with `ndim` axes (1: [784]; 3: [1, 28, 28]).
 std::pair<DatasetPtr, DatasetPtr> get_mnist(const Flags& flags, int ndim = 1);
 
-// LogReport, PrintReport of loss/accuracy (training and validation) and a ProgressBar.
+// LogReport, PrintReport of loss/accuracy (training and validation), a ProgressBar, and their
+// plots against the epoch (PlotReport: loss.png, accuracy.png in the trainer's out directory).
 void extend_with_report(Trainer& trainer);
 
 }  // namespace tandem::examples

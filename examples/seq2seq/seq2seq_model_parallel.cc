@@ -22,6 +22,7 @@
 #include "examples/seq2seq/seq2seq_model.h"
 #include "layers/optimizers/adam.h"
 #include "training/extensions/evaluator.h"
+#include "training/extensions/plot_report.h"
 #include "training/extensions/reporting.h"
 #include "training/trainer.h"
 
@@ -246,6 +247,13 @@ int main(int argc, char** argv) {
         log, std::vector<std::string>{"epoch", "main/loss", "main/accuracy", "validation/main/accuracy",
                                       "validation/main/exact_match", "elapsed_time"}));
     trainer.extend(std::make_shared<ProgressBar>());
+    // <out>/loss.png and accuracy.png (and .svg, .dat) every epoch (needs gnuplot); the
+    // evaluation reports no loss, only accuracies.
+    trainer.extend(std::make_shared<PlotReport>(std::vector<std::string>{"main/loss"}, "epoch", Trigger::epochs(1),
+                                                "loss.png"));
+    trainer.extend(std::make_shared<PlotReport>(
+        std::vector<std::string>{"main/accuracy", "validation/main/accuracy", "validation/main/exact_match"}, "epoch",
+        Trigger::epochs(1), "accuracy.png"));
   }
   trainer.extend(std::make_shared<ShowTranslations>(comm, encoder, decoder, data, 4, max_length), Trigger::epochs(1));
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
