@@ -9,6 +9,7 @@
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
 #include "core/ops/elementwise.h"
+#include "core/timeline.h"
 
 namespace tandem {
 
@@ -112,7 +113,11 @@ class BackwardEngine {
     // Parameters sharded over ranks (ZeRO-3) that this backward reads are gathered first.
     if (!observers_.empty()) gather_released_leaves(function.inputs());
     function.graph_retained_ = options_.retain_graph;
-    std::vector<Tensor> grad_inputs = function.backward(grad_outputs);
+    std::vector<Tensor> grad_inputs;
+    {
+      const timeline::SpanScope span("backward", timeline::enabled() ? function.name() : std::string());
+      grad_inputs = function.backward(grad_outputs);
+    }
     if (!options_.retain_graph) function.release_saved();
 
     if (check_finite_enabled()) check_gradients_finite(function, grad_outputs, grad_inputs);

@@ -5,6 +5,7 @@
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
 #include "autograd/grad_mode.h"
+#include "core/timeline.h"
 
 namespace tandem {
 
@@ -59,7 +60,11 @@ Variables FunctionNode::apply(const Variables& inputs) {
     }
   }
 
-  std::vector<Tensor> output_data = forward(input_data);
+  std::vector<Tensor> output_data;
+  {
+    const timeline::SpanScope span("forward", timeline::enabled() ? name() : std::string());
+    output_data = forward(input_data);
+  }
   if (check_finite_enabled()) check_outputs_finite(name(), input_data, output_data);
 
   Variables outputs;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/ops.h"
+#include "core/timeline.h"
 #include "layers/serializers/serializers.h"
 
 namespace tandem {
@@ -98,7 +99,13 @@ double Trainer::elapsed_seconds() const {
 void Trainer::run() {
   start_ = std::chrono::steady_clock::now();
   while (!done()) {
-    observation_ = updater_->update();
+    {
+      // The timeline's spans of this update carry its number (the iteration it makes).
+      timeline::set_iteration(updater_->iteration() + 1);
+      const timeline::SpanScope span(
+          "train", timeline::enabled() ? "iteration " + std::to_string(updater_->iteration() + 1) : std::string());
+      observation_ = updater_->update();
+    }
     inject_fault_if_requested("update", updater_->iteration());
     for (auto& e : extensions_) e.extension->observe(*this, observation_);
     for (auto& e : extensions_)

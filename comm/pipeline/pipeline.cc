@@ -10,11 +10,11 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "comm/pipeline/pipeline_messages.h"
-#include "comm/trace/flight_recorder.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/random.h"
 #include "core/storage.h"
+#include "core/timeline.h"
 
 namespace tandem {
 namespace pipeline {
@@ -238,8 +238,13 @@ void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point 
   if (training) {
     for (const Action& action : schedule_.actions[static_cast<std::size_t>(comm_->rank())]) {
       timed(action, [&] {
-        // The flight recorder's entries say which stage and microbatch they served.
-        const trace::PipelineContextScope context(action.stage, action.microbatch);
+        // The flight recorder's entries and the timeline's spans say which stage and microbatch
+        // they served.
+        const timeline::StageScope context(action.stage, action.microbatch);
+        const timeline::SpanScope span(
+            "pipeline", timeline::enabled() ? tandem::detail::concat(action.kind == ActionKind::forward ? "forward" : "backward",
+                                                             " stage ", action.stage, " microbatch ", action.microbatch)
+                                            : std::string());
         if (action.kind == ActionKind::forward) run_forward(action.stage, action.microbatch, true);
         else run_backward(action.stage, action.microbatch);
       });

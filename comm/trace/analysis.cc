@@ -37,7 +37,7 @@ std::string what(const json& e) {
   if (!tensor.empty()) out += " " + tensor;
   std::vector<std::string> notes;
   if (!e["collective"].get<bool>()) {
-    notes.push_back((e["op"].get<std::string>().find("recv") != std::string::npos ? "from rank " : "to rank ") +
+    notes.push_back((e.value("receive", false) ? "from rank " : "to rank ") +
                     std::to_string(e["peer"].get<int>()) + ", tag " + std::to_string(e["tag"].get<int>()) +
                     (e["sequence"].get<long long>() >= 0 ? ", message #" + std::to_string(e["sequence"].get<long long>())
                                                          : std::string()));
@@ -164,7 +164,7 @@ std::string analyze(const std::vector<json>& dumps) {
   for (const json& d : dumps)
     for (const json& e : d["entries"]) {
       if (e["collective"].get<bool>() || e["sequence"].get<long long>() < 0 || e["peer"].get<int>() < 0) continue;
-      const bool recv = e["op"].get<std::string>().find("recv") != std::string::npos;
+      const bool recv = e.value("receive", false);
       const int me = e["rank"], peer = e["peer"], comm = e["comm"], tag = e["tag"];
       Channel& c = channels[{comm, recv ? peer : me, recv ? me : peer, tag}];
       (recv ? c.recvs : c.sends)[e["sequence"].get<long long>()] = &e;

@@ -5,12 +5,12 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/hash.h"
+#include "core/timeline.h"
 
 namespace tandem::trace {
 
 namespace {
-
-thread_local std::int64_t t_stage = -1, t_microbatch = -1;
 
 std::size_t capacity_from_environment() {
   const char* text = std::getenv("TANDEM_TRACE_BUFFER_SIZE");
@@ -57,8 +57,8 @@ std::int64_t FlightRecorder::record(FlightEntry entry) {
   if (capacity_ == 0) return -1;
   entry.posted_us = now_us();
   entry.state = FlightState::posted;
-  entry.stage = t_stage;
-  entry.microbatch = t_microbatch;
+  entry.stage = timeline::stage();
+  entry.microbatch = timeline::microbatch();
   std::lock_guard<std::mutex> lock(mutex_);
   entry.id = next_id_++;
   ring_[static_cast<std::size_t>(entry.id) % capacity_] = std::move(entry);
@@ -81,6 +81,45 @@ void FlightRecorder::set_state(std::int64_t id, FlightState state, const std::st
   if (state == FlightState::matched) entry->matched_us = now;
   else if (state != FlightState::posted) entry->ended_us = now;
   if (!error.empty()) entry->error = error;
+  if ((state == FlightState::completed || state == FlightState::failed) && timeline::enabled())
+    timeline::record(timeline_span(*entry));
+}
+
+std::uint64_t message_flow_id(int comm, int sender, int receiver, int tag, std::int64_t sequence) {
+  // The same on both ranks, never 0 (0: no flow).
+  const std::uint64_t h = Fnv1a64()
+                              .mix(static_cast<std::uint64_t>(comm))
+                              .mix(static_cast<std::uint64_t>(sender))
+                              .mix(static_cast<std::uint64_t>(receiver))
+                              .mix(static_cast<std::uint64_t>(tag))
+                              .mix(static_cast<std::uint64_t>(sequence))
+                              .digest();
+  return h ? h : 1;
+}
+
+timeline::Span timeline_span(const FlightEntry& e) {
+  timeline::Span span;
+  const bool recv = !e.collective && e.receive;
+  std::string tensor = e.dtype;
+  if (!e.dtype.empty()) {
+    tensor += "[";
+    for (std::size_t i = 0; i < e.shape.size(); ++i) tensor += (i ? ", " : "") + std::to_string(e.shape[i]);
+    tensor += "]";
+  }
+  span.name = e.op + (tensor.empty() ? "" : " " + tensor);
+  if (!e.collective) span.name += (recv ? " from " : " to ") + std::to_string(e.peer);
+  if (e.state == FlightState::failed) span.name += " (failed)";
+  span.category = "comm";
+  span.begin_us = e.posted_us;
+  span.end_us = e.ended_us;
+  span.stage = e.stage;
+  span.microbatch = e.microbatch;
+  span.detail = e.site.str();
+  if (!e.collective && e.sequence >= 0) {
+    if (recv) span.flow_in = message_flow_id(e.comm, e.peer, e.rank, e.tag, e.sequence);
+    else span.flow_out = message_flow_id(e.comm, e.rank, e.peer, e.tag, e.sequence);
+  }
+  return span;
 }
 
 void FlightRecorder::describe(std::int64_t id, std::int64_t sequence, const std::string& dtype,
@@ -122,17 +161,6 @@ std::vector<CommunicatorInfo> FlightRecorder::communicators() const {
 std::int64_t FlightRecorder::dropped() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return capacity_ > 0 && next_id_ > static_cast<std::int64_t>(capacity_) ? next_id_ - capacity_ : 0;
-}
-
-PipelineContextScope::PipelineContextScope(std::int64_t stage, std::int64_t microbatch)
-    : stage_(t_stage), microbatch_(t_microbatch) {
-  t_stage = stage;
-  t_microbatch = microbatch;
-}
-
-PipelineContextScope::~PipelineContextScope() {
-  t_stage = stage_;
-  t_microbatch = microbatch_;
 }
 
 }  // namespace tandem::trace

@@ -9,6 +9,8 @@
 // SIGUSR1, each rank that can writes its ring as one self-describing JSON file to
 // TANDEM_TRACE_DIR (trace_dump.h), and rank 0 prints the cross-rank report of
 // comm/trace/analysis.h. Kept cheap enough to leave on: one mutex and a few stores per entry.
+// The pipeline stage and microbatch come from core/timeline.h's StageScope. With the timeline
+// on, every entry that ends becomes a span of it (with a flow from each send to its receive).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/call_site.h"
+#include "core/timeline.h"
 
 namespace tandem::trace {
 
@@ -27,6 +30,7 @@ struct FlightEntry {
   std::int64_t id = -1;        // this process's entry number (increasing)
   std::string op;              // "allreduce", "send", "recv", "bcast_obj", "recv backward", ...
   bool collective = false;
+  bool receive = false;        // point to point: this rank receives (else sends)
   bool backward = false;       // sent or received by a differentiable function's backward
   int comm = -1;               // the communicator's id (the same on its ranks)
   int rank = 0;                // this process's rank in that communicator
@@ -80,19 +84,11 @@ class FlightRecorder {
   std::vector<CommunicatorInfo> communicators_;
 };
 
-// The pipeline stage and microbatch that the communications made inside the scope belong to
-// (comm/pipeline sets it around each action).
-class PipelineContextScope {
- public:
-  PipelineContextScope(std::int64_t stage, std::int64_t microbatch);
-  ~PipelineContextScope();
-  PipelineContextScope(const PipelineContextScope&) = delete;
-  PipelineContextScope& operator=(const PipelineContextScope&) = delete;
-
- private:
-  std::int64_t stage_, microbatch_;
-};
-
 std::int64_t now_us();
+
+// The timeline's span of an entry that ended, and the flow id that joins a message's send and
+// receive (the same on both ranks).
+timeline::Span timeline_span(const FlightEntry& entry);
+std::uint64_t message_flow_id(int comm, int sender, int receiver, int tag, std::int64_t sequence);
 
 }  // namespace tandem::trace

@@ -30,6 +30,7 @@ json entry_json(const FlightEntry& e) {
   return json{{"id", e.id},
               {"op", e.op},
               {"collective", e.collective},
+              {"receive", e.receive},
               {"backward", e.backward},
               {"comm", e.comm},
               {"rank", e.rank},

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "comm/trace/analysis.h"
 #include "comm/trace/trace_dump.h"
+#include "core/timeline.h"
 
 namespace tandem::comm_detail {
 
@@ -52,6 +54,8 @@ void start_flight_dumps(MPI_Comm control, int world_rank, int world_size) {
   char job[64];
   std::snprintf(job, sizeof job, "%lld-%lld", token[1], token[0]);
   trace::set_dump_identity({job, world_rank, world_size});
+  // The job's timeline is written by rank 0 for every rank (write_job_timeline), not per process.
+  if (timeline::enabled()) timeline::set_write_at_exit(false);
 
   // SIGUSR1 dumps the ring (again each time); a handler already there is called after ours.
   if (pipe(g_signal_pipe) != 0) return;
@@ -105,6 +109,45 @@ void await_failure_report() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem: could not analyse the flight recorders in %s: %s\n", dir.c_str(), e.what());
     std::ofstream(report_path()) << "analysis failed: " << e.what() << "\n";
+  }
+}
+
+void write_job_timeline(MPI_Comm control, int world_rank, int world_size) {
+  if (!timeline::enabled() || timeline::output_path().empty()) return;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string mine = nlohmann::json{{"name", "rank " + std::to_string(world_rank) + " (" + host + ", pid " +
+                                                       std::to_string(getpid()) + ")"},
+                                          {"spans", timeline::to_json(timeline::spans())}}
+                               .dump();
+  int size = static_cast<int>(mine.size());
+  std::vector<int> sizes(world_rank == 0 ? world_size : 0), offsets(sizes.size());
+  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, control);
+  std::string all;
+  if (world_rank == 0) {
+    long long total = 0;
+    for (int r = 0; r < world_size; ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    all.resize(static_cast<std::size_t>(total));
+  }
+  MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0, control);
+  if (world_rank != 0) return;
+  try {
+    std::vector<std::vector<timeline::Span>> per_rank;
+    std::vector<std::string> names;
+    for (int r = 0; r < world_size; ++r) {
+      const auto doc = nlohmann::json::parse(all.substr(offsets[r], sizes[r]));
+      names.push_back(doc["name"]);
+      per_rank.push_back(timeline::from_json(doc["spans"]));
+    }
+    std::ofstream out(timeline::output_path());
+    out << timeline::chrome_trace(per_rank, names).dump() << "\n";
+    if (!out) throw std::runtime_error("cannot write " + timeline::output_path());
+    std::fprintf(stderr, "tandem: timeline of %d rank(s) written to %s\n", world_size, timeline::output_path().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: could not write the timeline: %s\n", e.what());
   }
 }
 

@@ -23,5 +23,8 @@ void write_failure_dump(const std::string& reason);
 // After write_failure_dump: rank 0 collects the dumps and prints the report; the others wait
 // for it (each for at most a few seconds).
 void await_failure_report();
+// With the timeline on (core/timeline.h), at the end of the program (every rank, collective over
+// control): the ranks send rank 0 their spans, and rank 0 writes the job's one file.
+void write_job_timeline(MPI_Comm control, int world_rank, int world_size);
 
 }  // namespace tandem::comm_detail

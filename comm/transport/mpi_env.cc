@@ -152,6 +152,7 @@ int announce_finished(MPI_Comm, int, void*, void*) {
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  if (g_failed.empty()) write_job_timeline(g_control, g_world_rank, g_world_size);
   // A message never received fails every rank, not only the two it was between (unless a peer
   // failed: then every rank has heard of it, and that peer is not here to take part).
   if (g_failed.empty()) {

@@ -193,6 +193,7 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   const WaitContext context{detail::concat(operation, " (from rank ", source, ", tag ", tag, ")"), source, false};
   trace::FlightEntry entry;
   entry.op = operation;
+  entry.receive = true;
   entry.peer = source;
   entry.tag = tag;
   entry.sequence = book_->expected(source, tag);  // the message it waits for

@@ -59,7 +59,7 @@ TEST_CASE("flight recorder: states, times, the pipeline context and the call sit
   recorder.reset(10);
   std::int64_t id;
   {
-    const PipelineContextScope context(2, 5);
+    const timeline::StageScope context(2, 5);
     id = recorder.record(entry("recv", false, 1, 7, 3));
   }
   const std::int64_t outside = recorder.record(entry("send", false, 1, 7, 0));
@@ -127,7 +127,8 @@ TEST_CASE("flight recorder analysis: the first disagreement, a message never rec
   };
   auto e = [](const std::string& op, bool collective, int rank, int peer, int tag, long long seq, const std::string& dtype,
               const std::string& state, const std::string& site) {
-    return json{{"id", seq}, {"op", op}, {"collective", collective}, {"backward", false}, {"comm", 0}, {"rank", rank},
+    return json{{"id", seq}, {"op", op}, {"collective", collective}, {"receive", op == "recv"}, {"backward", false},
+                {"comm", 0}, {"rank", rank},
                 {"peer", peer}, {"tag", tag}, {"sequence", seq}, {"dtype", dtype}, {"shape", {4}}, {"stage", -1},
                 {"microbatch", -1}, {"site", site}, {"direct", site}, {"state", state}, {"posted_us", 0},
                 {"matched_us", 0}, {"ended_us", 0}, {"error", ""}};
