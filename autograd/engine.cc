@@ -115,6 +115,7 @@ class BackwardEngine {
     function.graph_retained_ = options_.retain_graph;
     std::vector<Tensor> grad_inputs;
     {
+      const CallSiteScope site(function.site_);
       const timeline::SpanScope span("backward", timeline::enabled() ? function.name() : std::string());
       grad_inputs = function.backward(grad_outputs);
     }

@@ -51,6 +51,7 @@ Variables FunctionNode::apply(const Variables& inputs) {
   // The sequence number is taken before forward runs, so a function that communicates in its
   // forward is ordered on the tape exactly where its messages were sent.
   sequence_number_ = next_sequence_number.fetch_add(1);
+  site_ = CallSiteScope::user_site(CallSite{});
   if (recording_) {
     needs_input_grad_.resize(inputs.size());
     inputs_.reserve(inputs.size());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "core/call_site.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -103,6 +104,10 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   std::vector<Shape> output_shapes_;
   std::vector<DType> output_dtypes_;
   std::vector<Device> output_devices_;
+  // The user's line that applied this function, when a CallSiteScope was active (the
+  // communication functions open one): its backward runs under the same site, so that the
+  // flight recorder names the user's line for the gradients' messages too.
+  CallSite site_;
   std::vector<bool> needs_input_grad_;
   std::vector<Tensor> saved_;
   bool recording_ = false;

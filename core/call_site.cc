@@ -26,7 +26,7 @@ std::string CallSite::str() const {
   return out;
 }
 
-CallSiteScope::CallSiteScope(const CallSite& site) : outermost_(!t_has_outer) {
+CallSiteScope::CallSiteScope(const CallSite& site) : outermost_(!t_has_outer && site.known()) {
   if (outermost_) {
     t_outer_site = site;
     t_has_outer = true;

@@ -32,7 +32,7 @@ struct CallSite {
 
 // The site of the outermost user-facing call on this thread: while a scope is alive, the sites
 // of the calls made inside it (tandem's own) are recorded as that one's. Nested scopes keep the
-// outer site.
+// outer site; a scope of an unknown site changes nothing.
 class CallSiteScope {
  public:
   explicit CallSiteScope(const CallSite& site);

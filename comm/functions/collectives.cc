@@ -178,28 +178,36 @@ void check_defined(const Variable& x, const char* operation, const Communicator&
 
 }  // namespace
 
-Variable bcast(Communicator& comm, const Variable& x, int root, std::optional<Device> device) {
+Variable bcast(Communicator& comm, const Variable& x, int root, std::optional<Device> device, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   return call<Bcast>(x.defined() ? Variables{x} : Variables{}, comm, root, device)[0];
 }
 
-Variables gather(Communicator& comm, const Variable& x, int root, std::optional<Device> device) {
+Variables gather(Communicator& comm, const Variable& x, int root, std::optional<Device> device, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   check_defined(x, "gather", comm);
   return call<Gather>({x}, comm, root, device);
 }
 
-Variable scatter(Communicator& comm, const Variables& xs, int root, std::optional<Device> device) {
+Variable scatter(Communicator& comm, const Variables& xs, int root, std::optional<Device> device, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   return call<Scatter>(xs, comm, root, device)[0];
 }
 
-Variables allgather(Communicator& comm, const Variable& x) {
+Variables allgather(Communicator& comm, const Variable& x, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   check_defined(x, "allgather", comm);
   return call<Allgather>({x}, comm);
 }
 
-Variables alltoall(Communicator& comm, const Variables& xs) { return call<Alltoall>(xs, comm); }
+Variables alltoall(Communicator& comm, const Variables& xs, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
+  return call<Alltoall>(xs, comm);
+}
 
 Variable alltoallv(Communicator& comm, const Variable& x, const std::vector<std::int64_t>& send_counts,
-                   std::vector<std::int64_t>* recv_counts) {
+                   std::vector<std::int64_t>* recv_counts, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   check_defined(x, "alltoallv", comm);
   auto node = std::make_shared<Alltoallv>(comm, send_counts);
   Variable y = node->apply({x})[0];
@@ -207,7 +215,8 @@ Variable alltoallv(Communicator& comm, const Variable& x, const std::vector<std:
   return y;
 }
 
-Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op) {
+Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   check_defined(x, "allreduce", comm);
   return call<Allreduce>({x}, comm, op)[0];
 }

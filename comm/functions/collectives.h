@@ -33,18 +33,18 @@
 namespace tandem::functions {
 
 // x: the data at the root; elsewhere undefined or a delegate.
-Variable bcast(Communicator& comm, const Variable& x, int root = 0, std::optional<Device> device = std::nullopt);
+Variable bcast(Communicator& comm, const Variable& x, int root = 0, std::optional<Device> device = std::nullopt, CallSite site = CallSite::current());
 // At the root, one variable per rank; elsewhere a single delegate variable.
-Variables gather(Communicator& comm, const Variable& x, int root = 0, std::optional<Device> device = std::nullopt);
+Variables gather(Communicator& comm, const Variable& x, int root = 0, std::optional<Device> device = std::nullopt, CallSite site = CallSite::current());
 // xs: one variable per rank at the root; elsewhere {} or {delegate}.
-Variable scatter(Communicator& comm, const Variables& xs, int root = 0, std::optional<Device> device = std::nullopt);
-Variables allgather(Communicator& comm, const Variable& x);
-Variables alltoall(Communicator& comm, const Variables& xs);
+Variable scatter(Communicator& comm, const Variables& xs, int root = 0, std::optional<Device> device = std::nullopt, CallSite site = CallSite::current());
+Variables allgather(Communicator& comm, const Variable& x, CallSite site = CallSite::current());
+Variables alltoall(Communicator& comm, const Variables& xs, CallSite site = CallSite::current());
 // Communicator::alltoallv, differentiable: x's rows go out in pieces of send_counts rows (one
 // count per rank, zero allowed); returns the rows received, in rank order, and (when asked)
 // how many came from each rank. Backward sends each piece's gradient back to where it came from.
 Variable alltoallv(Communicator& comm, const Variable& x, const std::vector<std::int64_t>& send_counts,
-                   std::vector<std::int64_t>* recv_counts = nullptr);
-Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op = AllreduceOp::sum);
+                   std::vector<std::int64_t>* recv_counts = nullptr, CallSite site = CallSite::current());
+Variable allreduce(Communicator& comm, const Variable& x, AllreduceOp op = AllreduceOp::sum, CallSite site = CallSite::current());
 
 }  // namespace tandem::functions

@@ -95,13 +95,18 @@ Variables delegate_inputs(const Variable& delegate) {
 
 }  // namespace
 
-Variable send(const Variables& xs, Communicator& comm, int rank, int tag) {
+Variable send(const Variables& xs, Communicator& comm, int rank, int tag, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   return call<SendFunction>(xs, comm, rank, tag)[0];
 }
 
-Variable send(const Variable& x, Communicator& comm, int rank, int tag) { return send(Variables{x}, comm, rank, tag); }
+Variable send(const Variable& x, Communicator& comm, int rank, int tag, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
+  return send(Variables{x}, comm, rank, tag);
+}
 
-Variable send_each(const Variables& xs, Communicator& comm, int rank, int tag) {
+Variable send_each(const Variables& xs, Communicator& comm, int rank, int tag, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   TANDEM_CHECK(!xs.empty(), "send_each: nothing to send from rank ", comm.rank(), " to rank ", rank);
   // One send node per variable, created (and so run, and received) in list order, and joined in
   // that order: backward then runs them last first, as the peer's recvs send their gradients.
@@ -110,11 +115,13 @@ Variable send_each(const Variables& xs, Communicator& comm, int rank, int tag) {
   return joined;
 }
 
-Variables recv_list(Communicator& comm, int rank, const Variable& delegate, int tag, std::optional<Device> device) {
+Variables recv_list(Communicator& comm, int rank, const Variable& delegate, int tag, std::optional<Device> device, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   return call<RecvFunction>(delegate_inputs(delegate), comm, rank, tag, device);
 }
 
-Variable recv(Communicator& comm, int rank, const Variable& delegate, int tag, std::optional<Device> device) {
+Variable recv(Communicator& comm, int rank, const Variable& delegate, int tag, std::optional<Device> device, CallSite site) {
+  const CallSiteScope scope(site);  // the messages record the user's line
   Variables ys = recv_list(comm, rank, delegate, tag, device);
   TANDEM_CHECK(ys.size() == 1, "recv on rank ", comm.rank(), ": rank ", rank, " sent a list of ", ys.size(),
                " variables (tag ", tag, "); receive it with recv_list");

@@ -47,22 +47,22 @@ class FunctionNode;
 namespace tandem::functions {
 
 // Sends x (or the list xs, received as a list) to `rank`; returns the delegate variable.
-Variable send(const Variable& x, Communicator& comm, int rank, int tag = 0);
-Variable send(const Variables& xs, Communicator& comm, int rank, int tag = 0);
+Variable send(const Variable& x, Communicator& comm, int rank, int tag = 0, CallSite site = CallSite::current());
+Variable send(const Variables& xs, Communicator& comm, int rank, int tag = 0, CallSite site = CallSite::current());
 
 // Sends each of xs to `rank` as a message of its own, in list order, so that the peer receives
 // them with one recv each (xs[0] first); returns one delegate for all of them. The same traffic
 // as one F::send per variable in separate statements, joined with pseudo_connect in that order.
-Variable send_each(const Variables& xs, Communicator& comm, int rank, int tag = 0);
+Variable send_each(const Variables& xs, Communicator& comm, int rank, int tag = 0, CallSite site = CallSite::current());
 
 // Receives one variable from `rank`: its dtype and shape come with the message. delegate (the
 // result of an earlier send on this rank, if any) becomes an input, so that backward from
 // the received variable reaches that send. device: where the variable lands (see above). A list
 // sent as such is an error here: use recv_list (ChainerMN's force_tuple).
 Variable recv(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0,
-              std::optional<Device> device = std::nullopt);
+              std::optional<Device> device = std::nullopt, CallSite site = CallSite::current());
 Variables recv_list(Communicator& comm, int rank, const Variable& delegate = Variable(), int tag = 0,
-                    std::optional<Device> device = std::nullopt);
+                    std::optional<Device> device = std::nullopt, CallSite site = CallSite::current());
 
 }  // namespace tandem::functions
 
