@@ -29,6 +29,8 @@
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 /usr/bin/mpiexec.mpich -n 2 $BIN/bench/mlp_parallel_bench
 //   (BIN=$(bazel info -c opt bazel-bin))
 //   BENCH_ONLY=mp (or dp): one of the two.  BENCH_SCALE=0.3: fewer timed steps (never below 3).
+//   BENCH_ONLY=trace: mp.mlp.train.sgd.{recorder,recorder_off,timeline,recorder_again}, the cost of
+//   the flight recorder and of the timeline (comm/trace, core/timeline.h).
 #include <mpi.h>
 
 #include <algorithm>
@@ -42,11 +44,13 @@
 
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
+#include "comm/trace/flight_recorder.h"
 #include "comm/transport/communicator.h"
 #include "comm/data_parallel/data_parallel_options.h"
 #include "comm/functions.h"
 #include "comm/links/multi_node_chain_list.h"
 #include "comm/optimizers/multi_node_optimizer.h"
+#include "core/timeline.h"
 #include "core/ops.h"
 #include "layers/links/identity.h"
 #include "layers/links/linear.h"
@@ -183,7 +187,8 @@ void run_steps(Context& c, const std::string& id, double samples_per_step, const
 }
 
 // Model parallel through MultiNodeChainList (explicit = false) or F::send / F::recv by hand.
-void model_parallel(Context& c, const std::string& kind, bool explicit_form) {
+// suffix: appended to the line's id (the observability variants below).
+void model_parallel(Context& c, const std::string& kind, bool explicit_form, const std::string& suffix = "") {
   manual_seed(0);
   const Batches data = make_batches(0);  // rank 1 draws them too, and ignores them
   LinkPtr model;
@@ -209,7 +214,7 @@ void model_parallel(Context& c, const std::string& kind, bool explicit_form) {
   }
   auto optimizer = make_optimizer(kind);
   optimizer->setup(model);
-  run_steps(c, "mp.mlp.train." + kind + (explicit_form ? ".fn" : ""), B, [&](int i) {
+  run_steps(c, "mp.mlp.train." + kind + (explicit_form ? ".fn" : "") + suffix, B, [&](int i) {
     Variable loss;
     if (c.rank == 0) {
       optimizer->update([&] { return loss = F::softmax_cross_entropy((*model)(data.xs[i % NB]), data.ts[i % NB]); });
@@ -280,6 +285,21 @@ int main() {
   if (c.rank == 0) {
     std::printf("# start\n");  // start-up is over: ../shared/bench/runq restarts its noise window here
     std::fflush(stdout);
+  }
+  // BENCH_ONLY=trace: what observing a run costs, on the model-parallel SGD step, in one process:
+  // the flight recorder on (the default), off (TANDEM_TRACE_BUFFER_SIZE=0), and the timeline
+  // recording every function and message (TANDEM_TIMELINE), then the default again.
+  if (only && std::strstr(only, "trace")) {
+    model_parallel(c, "sgd", false, ".recorder");
+    trace::FlightRecorder::instance().reset(0);
+    model_parallel(c, "sgd", false, ".recorder_off");
+    trace::FlightRecorder::instance().reset(2000);
+    timeline::set_enabled(true);
+    model_parallel(c, "sgd", false, ".timeline");
+    timeline::set_enabled(false);
+    timeline::clear();
+    model_parallel(c, "sgd", false, ".recorder_again");
+    return 0;
   }
   for (const std::string kind : {"sgd", "adam"}) {  // the reference's order
     if (mp) model_parallel(c, kind, false);
