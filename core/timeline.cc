@@ -117,7 +117,7 @@ json to_json(const std::vector<Span>& spans) {
   json out = json::array();
   for (const Span& s : spans)
     out.push_back(json::array({s.name, s.category, s.begin_us, s.end_us, s.thread, s.iteration, s.stage, s.microbatch,
-                               s.flow_out, s.flow_in, s.detail}));
+                               s.flow_out, s.flow_in, s.detail, s.in_flight}));
   return out;
 }
 
@@ -136,6 +136,7 @@ std::vector<Span> from_json(const json& doc) {
     s.flow_out = a.at(8);
     s.flow_in = a.at(9);
     s.detail = a.at(10);
+    s.in_flight = a.at(11);
     out.push_back(std::move(s));
   }
   return out;
@@ -151,6 +152,7 @@ json chrome_trace(const std::vector<std::vector<Span>>& per_rank, const std::vec
     const int pid = static_cast<int>(rank);
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", rank_names.at(rank)}}}});
     events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+    std::uint64_t async_id = 0;
     for (const Span& s : per_rank[rank]) {
       json args = json::object();
       if (s.iteration >= 0) args["iteration"] = s.iteration;
@@ -159,13 +161,22 @@ json chrome_trace(const std::vector<std::vector<Span>>& per_rank, const std::vec
       if (!s.detail.empty()) args["detail"] = s.detail;
       const std::int64_t ts = s.begin_us - origin;
       const std::int64_t dur = std::max<std::int64_t>(s.end_us - s.begin_us, 0);
-      events.push_back({{"ph", "X"}, {"name", s.name}, {"cat", s.category}, {"pid", pid}, {"tid", s.thread},
-                        {"ts", ts}, {"dur", dur}, {"args", args}});
-      // A flow starts inside the send's span and ends inside (bound to) the receive's.
-      // (inside the span: a timestamp on its edge could bind to the enclosing one).
+      if (s.in_flight) {
+        // Overlaps the thread's own spans: an async slice (a row of its own in the viewers).
+        const std::string id = std::to_string(rank) + ":" + std::to_string(async_id++);
+        events.push_back({{"ph", "b"}, {"name", s.name}, {"cat", s.category}, {"id", id}, {"pid", pid},
+                          {"tid", s.thread}, {"ts", ts}, {"args", args}});
+        events.push_back({{"ph", "e"}, {"name", s.name}, {"cat", s.category}, {"id", id}, {"pid", pid},
+                          {"tid", s.thread}, {"ts", ts + dur}});
+      } else {
+        events.push_back({{"ph", "X"}, {"name", s.name}, {"cat", s.category}, {"pid", pid}, {"tid", s.thread},
+                          {"ts", ts}, {"dur", dur}, {"args", args}});
+      }
+      // A flow starts where the message was posted (bound to the thread's span there) and ends
+      // inside the receive's span (a timestamp on a span's edge could bind to the enclosing one).
       if (s.flow_out)
         events.push_back({{"ph", "s"}, {"name", "message"}, {"cat", "flow"}, {"id", s.flow_out}, {"pid", pid},
-                          {"tid", s.thread}, {"ts", ts + std::min<std::int64_t>(dur, 1) * 0}});
+                          {"tid", s.thread}, {"ts", ts}});
       if (s.flow_in)
         events.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "message"}, {"cat", "flow"}, {"id", s.flow_in},
                           {"pid", pid}, {"tid", s.thread}, {"ts", ts + std::max<std::int64_t>(dur - 1, 0)}});

@@ -25,6 +25,9 @@ struct Span {
   std::int64_t iteration = -1, stage = -1, microbatch = -1;
   // Flow arrows between processes: a send's span starts the flow, its receive's span ends it.
   std::uint64_t flow_out = 0, flow_in = 0;
+  // A span that overlaps the thread's other work (an isend from posting to completion): written
+  // as an async slice, so that the thread's spans still nest.
+  bool in_flight = false;
   std::string detail;    // shown as an argument (a call site, a tensor)
 };
 

@@ -115,6 +115,7 @@ timeline::Span timeline_span(const FlightEntry& e) {
   span.stage = e.stage;
   span.microbatch = e.microbatch;
   span.detail = e.site.str();
+  span.in_flight = e.in_flight;
   if (!e.collective && e.sequence >= 0) {
     if (recv) span.flow_in = message_flow_id(e.comm, e.peer, e.rank, e.tag, e.sequence);
     else span.flow_out = message_flow_id(e.comm, e.rank, e.peer, e.tag, e.sequence);
@@ -131,6 +132,11 @@ void FlightRecorder::describe(std::int64_t id, std::int64_t sequence, const std:
     entry->dtype = dtype;
     entry->shape = shape;
   }
+}
+
+void FlightRecorder::mark_in_flight(std::int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (FlightEntry* entry = find(id)) entry->in_flight = true;
 }
 
 void FlightRecorder::add_communicator(CommunicatorInfo info) {

@@ -31,6 +31,7 @@ struct FlightEntry {
   std::string op;              // "allreduce", "send", "recv", "bcast_obj", "recv backward", ...
   bool collective = false;
   bool receive = false;        // point to point: this rank receives (else sends)
+  bool in_flight = false;      // posted without waiting (isend, a started collective): ends later
   bool backward = false;       // sent or received by a differentiable function's backward
   int comm = -1;               // the communicator's id (the same on its ranks)
   int rank = 0;                // this process's rank in that communicator
@@ -68,6 +69,8 @@ class FlightRecorder {
   // Fills in what became known after posting (a receive learns dtype and shape from the header).
   void describe(std::int64_t id, std::int64_t sequence, const std::string& dtype, const std::vector<std::int64_t>& shape);
   void add_communicator(CommunicatorInfo info);
+  // The entry ends after the call that posted it (a started collective).
+  void mark_in_flight(std::int64_t id);
 
   std::vector<FlightEntry> entries() const;  // oldest first
   std::vector<CommunicatorInfo> communicators() const;

@@ -31,6 +31,7 @@ json entry_json(const FlightEntry& e) {
               {"op", e.op},
               {"collective", e.collective},
               {"receive", e.receive},
+              {"in_flight", e.in_flight},
               {"backward", e.backward},
               {"comm", e.comm},
               {"rank", e.rank},

@@ -876,8 +876,10 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_collective(
   state->sequence = post_headers([&](int) { return mine; }, state->all, state->requests, state->keep_alive);
   // The entry ends when the pending collective completes, not with this call.
   state->flight_entry = collective_entry_;
-  if (flight_call_ && !flight_call_->ending_.empty() && flight_call_->ending_.back() == collective_entry_)
+  if (flight_call_ && !flight_call_->ending_.empty() && flight_call_->ending_.back() == collective_entry_) {
     flight_call_->ending_.pop_back();
+    trace::FlightRecorder::instance().mark_in_flight(collective_entry_);
+  }
   // The data phase is the pending collective's from here: the next header is not "abandoned".
   collective_open_ = false;
   state->have.assign(size_, false);

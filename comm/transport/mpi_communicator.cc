@@ -96,6 +96,7 @@ std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_
   entry.comm = book_->id();
   entry.rank = rank_;
   entry.backward = CommBackwardScope::active();
+  entry.in_flight = !ends_with_call;
   if (flight_call_) {
     entry.site = flight_call_->user_;
     entry.direct = flight_call_->direct_;

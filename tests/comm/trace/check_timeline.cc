@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   std::map<std::pair<int, int>, std::vector<std::pair<long long, long long>>> spans;  // (pid, tid) -> [ts, end)
   std::map<std::string, int> categories;
   std::map<unsigned long long, std::vector<int>> flow_starts, flow_ends;  // id -> pids
-  int with_iteration = 0, with_microbatch = 0;
+  int with_iteration = 0, with_microbatch = 0, async_begins = 0, async_ends = 0;
   for (const json& e : doc["traceEvents"]) {
     const std::string ph = e.at("ph");
     const int pid = e.at("pid");
@@ -58,6 +58,11 @@ int main(int argc, char** argv) {
       if (e.at("args").contains("iteration")) ++with_iteration;
       if (e.at("args").contains("microbatch")) ++with_microbatch;
     }
+    if (ph == "b") {  // an async slice: a message in flight beside the thread's spans
+      ++categories[e.at("cat")];
+      ++async_begins;
+    }
+    if (ph == "e") ++async_ends;
     if (ph == "s") flow_starts[e.at("id")].push_back(pid);
     if (ph == "f") flow_ends[e.at("id")].push_back(pid);
   }
@@ -85,6 +90,7 @@ int main(int argc, char** argv) {
     paired += ok ? 1 : 0;
   }
   check(flow_ends.size() == flow_starts.size(), "flow ends without a start");
+  check(async_begins == async_ends, "async slices that begin and do not end");
   check(categories["comm"] > 0 && paired > 0, "no messages between ranks");
   for (const char* category : {"forward", "backward", "pipeline", "train"})
     check(categories[category] > 0, std::string("no ") + category + " span");
