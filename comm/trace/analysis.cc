@@ -217,7 +217,6 @@ std::string analyze(const std::vector<json>& dumps) {
     if (waiting) {
       out << "waiting in " << what(*waiting) << " at " << site_of(*waiting) << " for "
           << (at - (*waiting)["posted_us"].get<long long>()) / 1000 << " ms";
-      if ((*waiting)["collective"].get<bool>()) out << " (for the ranks above that are elsewhere)";
     } else if (failed) {
       out << "failed in " << what(*failed) << " at " << site_of(*failed) << ": " << first_line((*failed)["error"]);
     } else if ((*d)["entries"].empty()) {
