@@ -57,9 +57,14 @@ run_and_kill() {  # run_and_kill NAME RANK
     sleep 0.05
   done
   sleep 0.2  # into epoch 2's iterations
-  local pid="" p killed_at
+  local pid="" p killed_at candidates=""
   for p in $(pgrep -f -- "--out $out\$"); do
-    grep -qz "^PMI_RANK=$2\$" "/proc/$p/environ" 2>/dev/null && pid=$p
+    grep -qz "^PMI_RANK=$2\$" "/proc/$p/environ" 2>/dev/null && candidates+=" $p"
+  done
+  # The rank itself, not a child it is starting (PlotReport's gnuplot between fork and exec has
+  # the rank's command line and environment): the candidate whose parent is not a candidate.
+  for p in $candidates; do
+    case " $candidates " in *" $(awk '/^PPid:/ { print $2 }' "/proc/$p/status" 2>/dev/null) "*) ;; *) pid=$p ;; esac
   done
   [ -n "$pid" ] || { cat "$t/$1.txt"; fail "$1: rank $2's process not found"; }
   killed_at=$EPOCHREALTIME
