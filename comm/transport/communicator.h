@@ -99,13 +99,13 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   virtual ~Communicator() = default;
 
-  // "naive" or "pure_nccl".
+  // "naive", "hierarchical" or "pure_nccl".
   virtual std::string name() const = 0;
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Ranks on this host (same processor name) and hosts: intra_rank is this process's index
-  // among the ranks on its host, inter_rank its host's index among the hosts (ordered by
-  // their lowest rank).
+  // Ranks on this host (same processor name, or TANDEM_HOST_NAME where set) and hosts:
+  // intra_rank is this process's index among the ranks on its host, inter_rank its host's
+  // index among the hosts (ordered by their lowest rank).
   int intra_rank() const { return intra_rank_; }
   int intra_size() const { return intra_size_; }
   int inter_rank() const { return inter_rank_; }
@@ -220,7 +220,9 @@ std::vector<Tensor> reduce_scatter_stripes(const Tensor& x, int size, const char
 
 // A communicator over MPI_COMM_WORLD (MPI is initialised on first use and finalised at exit).
 // To wrap an existing MPI communicator, see comm/transport/mpi_communicator.h.
-// Names: "naive" (MPI; CUDA tensors through host memory) and "pure_nccl" (NCCL for CUDA tensors,
+// Names: "naive" (MPI; CUDA tensors through host memory), "hierarchical" (the same, whose
+// allreduce sums within each host first and sends one sum per host between hosts: for data
+// parallelism over several hosts; mpi_communicator.h) and "pure_nccl" (NCCL for CUDA tensors,
 // MPI for CPU tensors, objects and the headers; one GPU per rank). An unknown name is an error
 // listing the valid ones; "pure_nccl" in a build without CUDA or on a machine without a GPU is
 // an error saying why (before any MPI call), and ranks that would share a GPU an error on every

@@ -18,7 +18,7 @@ namespace tandem {
 
 namespace {
 
-const char* const kValidNames = "valid names: \"naive\", \"pure_nccl\"";
+const char* const kValidNames = "valid names: \"naive\", \"hierarchical\", \"pure_nccl\"";
 
 // What pure_nccl needs before any MPI call: a build with CUDA and a GPU here. (Whether the
 // ranks' GPUs suit NCCL is checked collectively when it is created.)
@@ -32,6 +32,11 @@ void require_gpu() {
 
 CommunicatorPtr create_communicator(const std::string& name, MPI_Comm comm) {
   if (name == "naive") return MpiCommunicator::create(comm);
+  if (name == "hierarchical") {
+    auto hierarchical = MpiCommunicator::create(comm);
+    hierarchical->make_hierarchical();
+    return hierarchical;
+  }
   if (name == "pure_nccl") {
     require_gpu();
 #if TANDEM_WITH_CUDA
@@ -46,7 +51,7 @@ CommunicatorPtr create_communicator(const std::string& name, MPI_Comm comm) {
 CommunicatorPtr create_communicator(const std::string& name) {
   // Check the name (and pure_nccl's GPU) before touching MPI, so that a typo or a machine
   // without a GPU is reported without an MPI job.
-  if (name != "naive" && name != "pure_nccl") return create_communicator(name, MPI_COMM_NULL);
+  if (name != "naive" && name != "hierarchical" && name != "pure_nccl") return create_communicator(name, MPI_COMM_NULL);
   if (name == "pure_nccl") require_gpu();
   comm_detail::ensure_mpi();
   CommunicatorPtr world = create_communicator(name, MPI_COMM_WORLD);

@@ -290,7 +290,7 @@ void MpiCommunicator::check_headers(const std::vector<Header>& all, bool same_sh
 }
 
 void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, const char* operation,
-                                        KeepAlive keep_alive) {
+                                        KeepAlive keep_alive, bool closes) {
   // The data phase waits like everything else: a peer that gave this collective up (after its
   // own wait failed) or finished is an error here, not a hang.
   const std::int64_t sequence = collective_sequence_ - 1;
@@ -301,7 +301,7 @@ void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, cons
     broken_ = detail::concat(operation, " (collective #", sequence, ") failed in flight (", e.what(), ")");
     throw;
   }
-  collective_open_ = false;
+  if (closes) collective_open_ = false;
 }
 
 Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation, CallSite site) {
@@ -654,16 +654,20 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   Tensor y(x.shape(), x.dtype());
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;
-  std::vector<MPI_Request> requests;
-  for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
-    const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
-    requests.emplace_back();
-    check_mpi(MPI_Iallreduce(static_cast<const char*>(send.raw_data()) + offset * element,
-                             static_cast<char*>(y.raw_data()) + offset * element, count, type, MPI_SUM, comm_,
-                             &requests.back()),
-              "MPI_Iallreduce");
+  if (hierarchical_) {
+    hierarchical_sum(send, y, type, chunk, operation);
+  } else {
+    std::vector<MPI_Request> requests;
+    for (std::size_t offset = 0; offset < static_cast<std::size_t>(x.numel()); offset += chunk) {
+      const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
+      requests.emplace_back();
+      check_mpi(MPI_Iallreduce(static_cast<const char*>(send.raw_data()) + offset * element,
+                               static_cast<char*>(y.raw_data()) + offset * element, count, type, MPI_SUM, comm_,
+                               &requests.back()),
+                "MPI_Iallreduce");
+    }
+    finish_collective(requests, operation, {send.storage(), y.storage()});
   }
-  finish_collective(requests, operation, {send.storage(), y.storage()});
   if (op == AllreduceOp::mean) divide(y, size_);
   return y.to(x.device());
 }
@@ -919,8 +923,9 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Te
                                                                         const char* operation, bool in_place, CallSite site) {
   FlightCall flight(*this, site);
   check_defined(x, operation);
-  // A device transport moves CUDA tensors in device order already: the blocking form.
-  if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation, in_place, site);
+  // A device transport moves CUDA tensors in device order already, and the hierarchical sum runs
+  // its three stages one after the other: the blocking form.
+  if (moves_on_device(x) || hierarchical_) return Communicator::start_allreduce_sum(x, digest, operation, in_place, site);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   const int count = checked_int(x.nbytes(), operation) / static_cast<int>(dtype_size(x.dtype()));
   Header mine = collective_header(OpKind::allreduce, -1, &x);

@@ -1,6 +1,8 @@
 #include "comm/transport/mpi_communicator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "comm/transport/mpi_env.h"
 #include "core/error.h"
@@ -46,6 +48,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   char mine[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
   MPI_Get_processor_name(mine, &length);
+  // TANDEM_HOST_NAME overrides it (as HOROVOD_HOSTNAME does): for hosts that share a name, or
+  // to group the ranks of one machine as if they were on several.
+  if (const char* host = std::getenv("TANDEM_HOST_NAME"); host && *host) {
+    std::snprintf(mine, sizeof mine, "%s", host);
+  }
   check_mpi(
       MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
       "MPI_Allgather (processor names)");
@@ -70,7 +77,10 @@ MpiCommunicator::~MpiCommunicator() {
   // their buffers: those outlive the communicator, to the end of the program.
   for (Orphan& orphan : orphans_) comm_detail::keep_until_exit(std::move(orphan.keep_alive));
   for (PendingSend& send : pending_sends_) comm_detail::keep_until_exit(std::move(send.keep_alive));
-  if (comm_ != MPI_COMM_NULL && comm_detail::mpi_active()) MPI_Comm_free(&comm_);
+  if (comm_detail::mpi_active()) {
+    for (MPI_Comm* owned : {&host_comm_, &leaders_comm_, &comm_})
+      if (*owned != MPI_COMM_NULL) MPI_Comm_free(owned);
+  }
 }
 
 MpiCommunicator::FlightCall::FlightCall(MpiCommunicator& comm, const CallSite& site)
@@ -122,6 +132,7 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, CallSit
   auto result = std::shared_ptr<MpiCommunicator>(new MpiCommunicator(split_mpi(color, key)));
   result->timeout_seconds_ = timeout_seconds_;
   result->device_ = device_;
+  if (hierarchical_) result->make_hierarchical();
   return result;
 }
 

@@ -34,8 +34,17 @@ class MpiCommunicator : public Communicator {
   static std::shared_ptr<MpiCommunicator> create(MPI_Comm comm);
   ~MpiCommunicator() override;
 
-  std::string name() const override { return "naive"; }
+  std::string name() const override { return hierarchical_ ? "hierarchical" : "naive"; }
   MPI_Comm mpi_comm() const { return comm_; }
+
+  // "hierarchical" (ChainerMN's name): every allreduce (the data-parallel gradients, blocking
+  // or started) becomes a sum onto the first rank of each host, an allreduce among those ranks,
+  // and a broadcast within each host (mpi_hierarchical.cc), so each host sends its sum over the
+  // network once instead of every rank sending its own. Everything else, the headers and their
+  // checks included (on all ranks of the communicator), is the flat communicator's. Collective;
+  // a split of a hierarchical communicator is hierarchical too.
+  void make_hierarchical();
+  bool hierarchical() const { return hierarchical_; }
 
   std::shared_ptr<Communicator> split(int color, int key, CallSite site = CallSite::current()) override;
   void barrier(CallSite site = CallSite::current()) override;
@@ -213,7 +222,12 @@ class MpiCommunicator : public Communicator {
   void receive_payload(const Incoming& incoming, void* dst, std::shared_ptr<const void> owner, int source, int tag,
                        const WaitContext& context);
   // Runs the data phase of collective `sequence` (requests from MPI_I* calls) to completion.
-  void finish_collective(std::vector<MPI_Request>& requests, const char* operation, KeepAlive keep_alive);
+  // closes: false for a stage of a data phase that goes on (the hierarchical allreduce's).
+  void finish_collective(std::vector<MPI_Request>& requests, const char* operation, KeepAlive keep_alive,
+                         bool closes = true);
+  // The hierarchical allreduce's data phase (mpi_hierarchical.cc): y = the sum over every rank
+  // of send (host memory, of y's size), moved in pieces of at most chunk elements.
+  void hierarchical_sum(const Tensor& send, Tensor& y, MPI_Datatype type, std::size_t chunk, const char* operation);
 
   // --- collectives (mpi_collectives.cc) -----------------------------------------------------
   // Sends this rank's header for the next collective to every peer (header_for(peer) may vary
@@ -284,6 +298,10 @@ class MpiCommunicator : public Communicator {
   void run_device_phase(const char* operation, F&& phase);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  // make_hierarchical: the ranks of this rank's host (ordered by intra_rank), and the first
+  // rank of every host (ordered by inter_rank; MPI_COMM_NULL on the other ranks).
+  bool hierarchical_ = false;
+  MPI_Comm host_comm_ = MPI_COMM_NULL, leaders_comm_ = MPI_COMM_NULL;
   std::vector<int> world_rank_of_;  // rank in this communicator -> rank in MPI_COMM_WORLD
   // Point-to-point counts and the last headers sent, per peer and tag (traffic_ledger.h): the
   // sequence numbers of the headers, the end-of-program check and the deadlock probes.

@@ -139,7 +139,8 @@ Device training_device(const Flags& flags, const std::string& program, int intra
 
 void add_communicator_flag(Flags& flags) {
   flags.add_string("communicator", "naive",
-                   "naive (MPI; GPU tensors through host memory) or pure_nccl (NCCL between GPUs, one per rank)");
+                   "naive (MPI; GPU tensors through host memory), hierarchical (naive, allreduce summed within each "
+                   "host first) or pure_nccl (NCCL between GPUs, one per rank)");
 }
 
 }  // namespace examples

@@ -69,7 +69,9 @@ Device training_device(const Flags& flags, const std::string& program);
 Device training_device(const Flags& flags, const std::string& program, int intra_rank);
 
 // --communicator for the multi-rank trainers: "naive" (MPI; GPU tensors through host memory,
-// the default) or "pure_nccl" (NCCL between GPUs; needs --gpu and a GPU per rank).
+// the default), "hierarchical" (naive whose allreduce sums within each host first: data
+// parallelism over several hosts) or "pure_nccl" (NCCL between GPUs; needs --gpu and a GPU per
+// rank).
 void add_communicator_flag(Flags& flags);
 
 }  // namespace examples
