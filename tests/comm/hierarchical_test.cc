@@ -2,10 +2,11 @@
 // machine, grouped into hosts by TANDEM_HOST_NAME: hosts of uneven sizes, and ranks of a host
 // that are not consecutive. Its allreduce (blocking, started, differentiable, inside the
 // data-parallel optimizer) against the flat one's; intra/inter ranks; errors on every rank.
-// The same communicator across real (simulated) hosts: tests/comm/hosts.
+// The same binary runs across simulated hosts (scripts/sim_hosts.sh) in tests/comm/hosts.
 #include <mpi.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 
 #include "autograd/functions.h"
@@ -25,9 +26,19 @@ using test_util::uniform;
 
 namespace {
 
-// Host of world rank r: "even" and "odd" ranks (rank 0 and 2 share a host, 1 and 3 another;
-// with 3 ranks the hosts hold 2 and 1).
-std::string host_of(int r) { return r % 2 == 0 ? "even" : "odd"; }
+// Under scripts/sim_hosts.sh (SIM_HOSTS_PREFIX set) the hosts are real: SIM_HOSTS_PER_HOST
+// consecutive ranks each, as mpiexec places them. Elsewhere TANDEM_HOST_NAME groups the ranks:
+// "even" and "odd" ranks (ranks 0 and 2 on one host, 1 and 3 on another; with 3 ranks the
+// hosts hold 2 and 1), so that a host's ranks are not consecutive.
+bool real_hosts() { return std::getenv("SIM_HOSTS_PREFIX") != nullptr; }
+int per_host() { return real_hosts() ? std::atoi(std::getenv("SIM_HOSTS_PER_HOST")) : 0; }
+int expected_inter_rank(int r) { return real_hosts() ? r / per_host() : r % 2; }
+int expected_intra_rank(int r) { return real_hosts() ? r % per_host() : r / 2; }
+int expected_hosts(int n) { return real_hosts() ? (n + per_host() - 1) / per_host() : (n == 1 ? 1 : 2); }
+int expected_intra_size(int r, int n) {
+  if (real_hosts()) return std::min(per_host(), n - expected_inter_rank(r) * per_host());
+  return (n - r % 2 + 1) / 2;
+}
 
 struct Pair {
   CommunicatorPtr flat, hierarchical;
@@ -38,7 +49,7 @@ Pair& comms() {
     comm_detail::ensure_mpi();
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    setenv("TANDEM_HOST_NAME", host_of(rank).c_str(), 1);
+    if (!real_hosts()) setenv("TANDEM_HOST_NAME", rank % 2 == 0 ? "even" : "odd", 1);
     return Pair{create_communicator("naive"), create_communicator("hierarchical")};
   }();
   return pair;
@@ -51,10 +62,10 @@ TEST_CASE("hierarchical: the hosts come from TANDEM_HOST_NAME, and its name says
   const int n = h.size(), r = h.rank();
   REQUIRE(h.name() == "hierarchical");
   REQUIRE(comms().flat->name() == "naive");
-  REQUIRE(h.inter_size() == (n == 1 ? 1 : 2));
-  REQUIRE(h.inter_rank() == r % 2);
-  REQUIRE(h.intra_rank() == r / 2);
-  REQUIRE(h.intra_size() == (n - r % 2 + 1) / 2);
+  REQUIRE(h.inter_size() == expected_hosts(n));
+  REQUIRE(h.inter_rank() == expected_inter_rank(r));
+  REQUIRE(h.intra_rank() == expected_intra_rank(r));
+  REQUIRE(h.intra_size() == expected_intra_size(r, n));
   // A split keeps the hierarchy: the ranks 1..n-1 (rank 0's host loses its first rank).
   CommunicatorPtr part = h.split(r == 0 ? 0 : 1, r);
   REQUIRE(part->name() == "hierarchical");

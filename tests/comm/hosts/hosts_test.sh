@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# tandem across hosts, on 2 simulated hosts (scripts/sim_hosts.sh): every process of a host in
+# its own network namespace with its own host name, MPICH between hosts over TCP on a veth
+# bridge. Checks, at 2 hosts x 2 ranks unless said:
+#   - the hierarchical communicator (tests/comm/hierarchical_test.cc, here with the real hosts):
+#     intra/inter ranks, allreduce and its gradients equal to the flat communicator's;
+#   - the trainers end to end with their accuracy: the model-parallel MLP and the pipeline
+#     (2 hosts x 1 rank: each stage on its own host), data parallelism flat and hierarchical
+#     (the same accuracy; every rank's weights identical; flat and hierarchical weights equal to
+#     f32 rounding);
+#   - resume: a hierarchical run stopped after epoch 1 and resumed ends bit-identical to an
+#     uninterrupted one;
+#   - a host killed mid-training (every process in its namespace, SIGKILL): every other rank
+#     exits non-zero within 10 s, and nothing of the job or the hosts is left.
+# Where network namespaces cannot be made (not root, or no CAP_SYS_ADMIN) it says SKIPPED and why.
+set -uo pipefail
+sim="scripts/sim_hosts.sh"
+dp="examples/mnist/train_mnist_data_parallel"
+mp="examples/mnist/train_mnist_model_parallel"
+pipe="examples/pipeline/train_mnist_pipeline"
+t="$TEST_TMPDIR"
+export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
+fail() { echo "FAIL: $*"; exit 1; }
+
+probe="$(timeout 60 "$sim" --hosts 1 --ranks-per-host 1 -- /bin/true 2>&1)"
+case $? in
+  0) ;;
+  77) echo "SKIPPED: $probe"; exit 0 ;;
+  *) echo "$probe"; fail "sim_hosts.sh cannot run /bin/true on one host" ;;
+esac
+
+run() {  # run NAME HOSTS PER_HOST PROGRAM ARGS...: one job into $t/NAME(.txt)
+  local name="$1" hosts="$2" per="$3"
+  shift 3
+  timeout -k 10 240 "$sim" --hosts "$hosts" --ranks-per-host "$per" -- "$@" > "$t/$name.txt" 2>&1 \
+    || { cat "$t/$name.txt"; fail "$name"; }
+}
+accuracy() {  # accuracy OUT MIN: the last validation accuracy in OUT/log is above MIN
+  /usr/bin/python3 - "$1" "$2" <<'PY' || { cat "$1.txt" 2>/dev/null; fail "accuracy of $1"; }
+import json, sys
+log = json.load(open(sys.argv[1] + "/log"))
+acc = log[-1]["validation/main/accuracy"]
+print("%s: validation accuracy %.4f" % (sys.argv[1].rsplit("/", 1)[-1], acc))
+assert acc > float(sys.argv[2]), acc
+PY
+}
+
+# The hierarchical communicator against the flat one, on real hosts.
+run hierarchical 2 2 tests/comm/hierarchical_test_bin
+grep -q "All tests passed" "$t/hierarchical.txt" || { cat "$t/hierarchical.txt"; fail "hierarchical_test"; }
+
+# The model-parallel MLP and the pipeline: one rank per host.
+run mp 2 1 "$mp" --epoch 1 --unit 50 --batchsize 200 --out "$t/mp"
+accuracy "$t/mp" 0.7
+run pipe 2 1 "$pipe" --layers 4 --unit 64 --batchsize 50 --train-size 10000 --test-size 2000 --epoch 1 \
+  --schedule 1f1b --microbatches 4 --out "$t/pipe"
+accuracy "$t/pipe" 0.6
+
+# Data parallelism, flat and hierarchical.
+dp_flags=(--unit 50 --batchsize 200)
+run flat 2 2 "$dp" "${dp_flags[@]}" --epoch 2 --out "$t/flat"
+run hier 2 2 "$dp" "${dp_flags[@]}" --epoch 2 --communicator hierarchical --out "$t/hier"
+accuracy "$t/flat" 0.7
+accuracy "$t/hier" 0.7
+# Resume: epoch 1, then epoch 2 from its snapshot.
+run resumed 2 2 "$dp" "${dp_flags[@]}" --epoch 1 --communicator hierarchical --out "$t/resumed"
+run resumed2 2 2 "$dp" "${dp_flags[@]}" --epoch 2 --communicator hierarchical --out "$t/resumed" --resume latest
+/usr/bin/python3 - "$t" <<'PY' || fail "weights"
+import glob, sys
+import numpy as np
+t = sys.argv[1]
+def last(d):
+    return np.load(sorted(glob.glob(d + "/snapshot_iter_*.npz"))[-1])
+def model(a):
+    return {k: a[k] for k in a.files if k.startswith("model/")}
+for run in ["flat", "hier"]:  # every rank holds the same replica
+    first = model(last("%s/%s" % (t, run)))
+    assert len(first) == 6, first.keys()
+    for r in range(1, 4):
+        other = model(last("%s/%s/rank%d" % (t, run, r)))
+        for k in first:
+            assert np.array_equal(first[k], other[k]), (run, r, k)
+flat, hier = model(last(t + "/flat")), model(last(t + "/hier"))
+worst = max(float(np.max(np.abs(flat[k] - hier[k]))) for k in flat)
+print("flat against hierarchical after 2 epochs: largest weight difference %.3g" % worst)
+assert worst < 1e-4, worst
+resumed = model(last(t + "/resumed"))
+for k in hier:
+    assert np.array_equal(hier[k], resumed[k]), ("resumed", k)
+print("resumed run: bit-identical to the uninterrupted one")
+PY
+
+# A host killed mid-training: every process of host 1 (its two ranks and its MPI proxy).
+state="$t/kill.state"
+started=$EPOCHREALTIME
+{ timeout -k 10 120 "$sim" --hosts 2 --ranks-per-host 2 --state-file "$state" -- \
+    "$dp" "${dp_flags[@]}" --epoch 200 --communicator hierarchical --out "$t/kill" > "$t/kill.txt" 2>&1
+  echo $? > "$t/kill.status"; echo "$EPOCHREALTIME" > "$t/kill.ended"; } &
+job=$!
+for _ in $(seq 1200); do
+  [ -f "$t/kill/snapshot_manifest.json" ] && break  # epoch 1 is done on every rank
+  sleep 0.05
+done
+[ -f "$t/kill/snapshot_manifest.json" ] || { cat "$t/kill.txt"; fail "the job to kill never finished epoch 1"; }
+host1=$(sed -n 's/^host1=//p' "$state")
+pids=$(ip netns pids "$host1")
+[ -n "$pids" ] || fail "no process on $host1"
+killed_at=$EPOCHREALTIME
+kill -KILL $pids
+wait "$job"
+status=$(cat "$t/kill.status")
+seconds=$(/usr/bin/python3 -c "import sys; print('%.2f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$killed_at" "$(cat "$t/kill.ended")")
+echo "host 1 killed (pids $(echo $pids)): the job exited with status $status ${seconds}s later"
+tail -n 8 "$t/kill.txt"
+[ "$status" -ne 0 ] && [ "$status" -ne 124 ] && [ "$status" -ne 137 ] || fail "status $status after the host was killed"
+/usr/bin/python3 -c "import sys; sys.exit(not float(sys.argv[1]) < 10)" "$seconds" || fail "took ${seconds}s to end"
+! grep -q "processes left behind" "$t/kill.txt" || fail "processes of the job outlived mpiexec"
+prefix=$(sed -n 's/^prefix=//p' "$state")
+left=$(ip netns list | grep -c "^$prefix" || true)
+[ "$left" -eq 0 ] || { ip netns list; fail "namespaces of the job remain"; }
+left=$(pgrep -f -- "--out $t/kill\$" || true)
+[ -z "$left" ] || { ps -o pid,args -p $left; fail "processes of the job remain"; }
+echo "PASS"
