@@ -10,9 +10,11 @@
 # so MPI_Get_processor_name differs per host and tandem's intra/inter ranks see N hosts).
 # MPICH's mpiexec runs on host 0; it starts host i's ranks inside host i's namespaces through
 # scripts/sim_hosts_launch.sh (hydra's ssh launcher, pointed at that script), and they connect
-# over the simulated network. Between hosts, MPICH's UCX is restricted to TCP on eth0
-# (UCX_TLS=tcp,self), so no byte between hosts takes shared memory; within a host MPICH uses
-# shared memory as on a real machine.
+# over the simulated network. Each host also has its own boot id (a file bind-mounted over
+# /proc/sys/kernel/random/boot_id in a mount namespace per process): UCX, under MPICH, decides
+# by the boot id whether a peer shares its machine, so within a host it uses shared memory, as
+# on a real machine, and between hosts TCP on eth0 (UCX_NET_DEVICES=eth0), so that no byte
+# between hosts bypasses the simulated network.
 #   --rate R    each host's link sends at most R (tc tbf on eth0): "1gbit", "100mbit".
 #   --delay D   one-way delay on each host's link (tc netem, where the kernel has it; an error
 #               naming the missing qdisc where it has not).
@@ -142,11 +144,13 @@ fi
 export SIM_HOSTS_PREFIX="$prefix" SIM_HOSTS_PER_HOST="$per_host"
 # A hang of MPI_Finalize over TCP (comm/transport/mpi_env.cc) costs this much, not 10 s.
 export TANDEM_FINALIZE_GRACE="${TANDEM_FINALIZE_GRACE:-3}"
-# Between hosts: TCP over eth0 only (UCX would otherwise find the other namespaces' processes
-# on the same kernel and use shared memory, bypassing the simulated network).
-export UCX_TLS="${UCX_TLS:-tcp,self}"
 export UCX_NET_DEVICES="${UCX_NET_DEVICES:-eth0}"
-ip netns exec "${prefix}h0" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "${prefix}h0" \
+# One boot id per host (see the top); the launcher finds them here.
+SIM_HOSTS_BOOT_IDS="$(mktemp -d)"
+export SIM_HOSTS_BOOT_IDS
+for ((i = 0; i < hosts; ++i)); do cat /proc/sys/kernel/random/uuid > "$SIM_HOSTS_BOOT_IDS/${prefix}h$i"; done
+ip netns exec "${prefix}h0" unshare --uts --mount /bin/sh -c \
+  'mount --bind "$SIM_HOSTS_BOOT_IDS/$0" /proc/sys/kernel/random/boot_id && hostname "$0" && exec "$@"' "${prefix}h0" \
   "$mpiexec" -iface eth0 -launcher ssh -launcher-exec "$launcher" -f "$hostfile" -n "$((hosts * per_host))" \
   "$@" &
 mpiexec_pid=$!
@@ -154,5 +158,5 @@ wait "$mpiexec_pid"
 status=$?
 mpiexec_pid=""
 mpiexec_done=1
-rm -f "$hostfile"
+rm -rf "$hostfile" "$SIM_HOSTS_BOOT_IDS"
 exit "$status"

@@ -36,34 +36,51 @@ void MpiCommunicator::hierarchical_sum(const Tensor& send, Tensor& y, MPI_Dataty
   const char* in = static_cast<const char*>(send.raw_data());
   char* out = static_cast<char*>(y.raw_data());
   const bool leader = leaders_comm_ != MPI_COMM_NULL;
-  // Posts one call per piece of at most `chunk` elements (MPI counts are ints).
-  auto stage = [&](auto&& post) {
-    std::vector<MPI_Request> requests;
-    for (std::size_t offset = 0; offset < n; offset += chunk) {
-      requests.emplace_back();
-      post(offset * element, static_cast<int>(std::min(chunk, n - offset)), &requests.back());
-    }
-    return requests;
+  // The three stages run as a pipeline over pieces of kPieceBytes: while one piece crosses the
+  // network between hosts, the next is summed within the host and the one before is broadcast,
+  // so a large allreduce costs about its slowest stage, not the sum of the three.
+  constexpr std::size_t kPieceBytes = std::size_t(4) << 20;
+  const std::size_t piece = std::max<std::size_t>(1, std::min(chunk, kPieceBytes / element));
+  struct Piece {
+    std::size_t at;  // byte offset
+    int count;
   };
-  // 1. The host's sum onto its first rank (into y there).
-  std::vector<MPI_Request> requests = stage([&](std::size_t at, int count, MPI_Request* request) {
-    check_mpi(MPI_Ireduce(in + at, leader ? out + at : nullptr, count, type, MPI_SUM, 0, host_comm_, request),
+  std::vector<Piece> pieces;
+  for (std::size_t offset = 0; offset < n; offset += piece)
+    pieces.push_back({offset * element, static_cast<int>(std::min(piece, n - offset))});
+  const std::size_t m = pieces.size();
+  // Every rank posts its calls on a communicator in the same order (MPI's rule for non-blocking
+  // collectives): on the host's, every reduce, then every broadcast; among the first ranks,
+  // every allreduce. Only the first ranks wait between stages.
+  std::vector<MPI_Request> reduces(m), allreduces(m), bcasts(m);
+  for (std::size_t p = 0; p < m; ++p)
+    check_mpi(MPI_Ireduce(in + pieces[p].at, leader ? out + pieces[p].at : nullptr, pieces[p].count, type, MPI_SUM, 0,
+                          host_comm_, &reduces[p]),
               "MPI_Ireduce (within the host)");
-  });
-  finish_collective(requests, operation, {send.storage(), y.storage()}, /*closes=*/false);
-  // 2. The hosts' sums added up among their first ranks.
-  if (leader) {
-    requests = stage([&](std::size_t at, int count, MPI_Request* request) {
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, out + at, count, type, MPI_SUM, leaders_comm_, request),
-                "MPI_Iallreduce (among the hosts)");
-    });
-    finish_collective(requests, operation, {y.storage()}, /*closes=*/false);
+  if (!leader) {
+    for (std::size_t p = 0; p < m; ++p)
+      check_mpi(MPI_Ibcast(out + pieces[p].at, pieces[p].count, type, 0, host_comm_, &bcasts[p]),
+                "MPI_Ibcast (within the host)");
+    reduces.insert(reduces.end(), bcasts.begin(), bcasts.end());
+    finish_collective(reduces, operation, {send.storage(), y.storage()});
+    return;
   }
-  // 3. The total from each host's first rank to the others.
-  requests = stage([&](std::size_t at, int count, MPI_Request* request) {
-    check_mpi(MPI_Ibcast(out + at, count, type, 0, host_comm_, request), "MPI_Ibcast (within the host)");
-  });
-  finish_collective(requests, operation, {y.storage()});
+  // The first rank of a host: piece p goes to the other hosts once the host's sum of it is here,
+  // and back to the host's ranks once the other hosts' sums have arrived.
+  for (std::size_t p = 0; p < m; ++p) {
+    std::vector<MPI_Request> one{reduces[p]};
+    finish_collective(one, operation, {send.storage(), y.storage()}, /*closes=*/false);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, out + pieces[p].at, pieces[p].count, type, MPI_SUM, leaders_comm_,
+                             &allreduces[p]),
+              "MPI_Iallreduce (among the hosts)");
+  }
+  for (std::size_t p = 0; p < m; ++p) {
+    std::vector<MPI_Request> one{allreduces[p]};
+    finish_collective(one, operation, {y.storage()}, /*closes=*/false);
+    check_mpi(MPI_Ibcast(out + pieces[p].at, pieces[p].count, type, 0, host_comm_, &bcasts[p]),
+              "MPI_Ibcast (within the host)");
+  }
+  finish_collective(bcasts, operation, {y.storage()});
 }
 
 }  // namespace tandem
