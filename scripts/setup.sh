@@ -16,6 +16,7 @@ PACKAGES=(
   libopenblas0-openmp  # fp32/fp64 GEMM (core/cpu/matmul.cc), the OpenMP build of OpenBLAS
   libdnnl-dev  # oneDNN: JIT GEMM and convolutions (core/cpu/gemm_choice.h, core/cpu/onednn_conv.cc)
   graphviz  # dump_graph (autograd/graph_dump.h): the SVG beside each DOT graph
+  iproute2  # scripts/sim_hosts.sh: network namespaces, veth pairs, a bridge, tc (tests/comm:hosts_test)
   gnuplot-nox  # PlotReport (training/extensions/plot_report.h): the PNG and SVG plots of the training curves
   dataset-fashion-mnist
   fortunes  # English text for the character language model (examples/lm, data/text_corpus.h)
