@@ -290,10 +290,10 @@ void MpiCommunicator::check_headers(const std::vector<Header>& all, bool same_sh
 }
 
 void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, const char* operation,
-                                        KeepAlive keep_alive, bool closes) {
+                                        KeepAlive keep_alive, bool closes, std::int64_t sequence) {
   // The data phase waits like everything else: a peer that gave this collective up (after its
   // own wait failed) or finished is an error here, not a hang.
-  const std::int64_t sequence = collective_sequence_ - 1;
+  if (sequence < 0) sequence = collective_sequence_ - 1;
   try {
     wait_all(requests, WaitContext{detail::concat(operation, " (collective #", sequence, ")"), -1, true, sequence},
              std::move(keep_alive));
@@ -820,6 +820,20 @@ class MpiPendingCollective final : public PendingCollective {
     if (done_) return;
     // Dropped unfinished: MPI may still use the buffers, which stay alive until it is done. One
     // whose peers' headers were never taken leaves them queued for the next collective: none may run.
+    if (state_->advance) {
+      // A data phase in stages (the hierarchical allreduce's): stages not posted yet are awaited
+      // by other ranks, so no collective may run here any more.
+      bool posted = false;
+      try {
+        posted = state_->data_posted && state_->advance(false, state_->requests);
+      } catch (const Error&) {
+      }
+      comm_->orphans_.push_back(MpiCommunicator::Orphan{state_->stage_requests(), state_->keep_alive});
+      if (!posted) {
+        comm_->broken_ = detail::concat(state_->operation, " (collective #", state_->sequence,
+                                        ") was dropped between its stages");
+      }
+    }
     comm_->orphans_.push_back(MpiCommunicator::Orphan{state_->requests, state_->keep_alive});
     if (!state_->data_posted) {
       auto& started = comm_->started_;
@@ -833,6 +847,7 @@ class MpiPendingCollective final : public PendingCollective {
     if (done_) return true;
     comm_->progress_started(nullptr, false);
     if (!state_->data_posted) return false;
+    if (state_->advance && !state_->advance(false, state_->requests)) return false;
     int done = 0;
     check_mpi(MPI_Testall(static_cast<int>(state_->requests.size()), state_->requests.data(), &done,
                           MPI_STATUSES_IGNORE),
@@ -850,10 +865,20 @@ class MpiPendingCollective final : public PendingCollective {
       comm_->progress_started(state_.get(), true);
       const std::string what = detail::concat(state_->operation, " (collective #", state_->sequence, ")");
       try {
+        if (state_->advance) {
+          try {
+            state_->advance(true, state_->requests);
+          } catch (const Error&) {
+            // A stage's wait failed (and set its own requests aside): so are the rest.
+            comm_->orphans_.push_back(MpiCommunicator::Orphan{state_->requests, state_->keep_alive});
+            comm_->orphans_.push_back(MpiCommunicator::Orphan{state_->stage_requests(), state_->keep_alive});
+            throw;
+          }
+        }
         comm_->wait_all(state_->requests, MpiCommunicator::WaitContext{what, -1, true, state_->sequence},
                         state_->keep_alive);
       } catch (const Error& e) {
-        done_ = true;  // wait_all has set the requests aside
+        done_ = true;  // wait_all (or the catch above) has set the requests aside
         comm_->broken_ = detail::concat(what, " failed in flight (", e.what(), ")");
         trace::FlightRecorder::instance().set_state(state_->flight_entry, trace::FlightState::failed, e.what());
         throw;
@@ -875,8 +900,10 @@ class MpiPendingCollective final : public PendingCollective {
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_collective(
     Header mine, bool same_shape, const char* operation, std::function<void(std::vector<MPI_Request>&)> post_data,
-    KeepAlive keep_alive, Tensor result, Device device) {
+    KeepAlive keep_alive, Tensor result, Device device, StartedStages stages) {
   auto state = std::make_shared<StartedCollective>();
+  state->advance = std::move(stages.advance);
+  state->stage_requests = std::move(stages.stage_requests);
   state->sequence = post_headers([&](int) { return mine; }, state->all, state->requests, state->keep_alive);
   // The entry ends when the pending collective completes, not with this call.
   state->flight_entry = collective_entry_;
@@ -923,14 +950,14 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Te
                                                                         const char* operation, bool in_place, CallSite site) {
   FlightCall flight(*this, site);
   check_defined(x, operation);
-  // A device transport moves CUDA tensors in device order already, and the hierarchical sum runs
-  // its three stages one after the other: the blocking form.
-  if (moves_on_device(x) || hierarchical_) return Communicator::start_allreduce_sum(x, digest, operation, in_place, site);
+  // A device transport moves CUDA tensors in device order already: the blocking form.
+  if (moves_on_device(x)) return Communicator::start_allreduce_sum(x, digest, operation, in_place, site);
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   const int count = checked_int(x.nbytes(), operation) / static_cast<int>(dtype_size(x.dtype()));
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.digest = digest;
   const Tensor send = comm_detail::host_for_mpi(x);
+  if (hierarchical_) return start_hierarchical_sum(x, send, type, kChunkBytes / dtype_size(x.dtype()), mine, operation);
   // In place on the host: the sum lands in x's own memory (a CUDA x's host copy is ours anyway).
   const bool same = in_place || !x.device().is_cpu();
   Tensor y = same ? send : Tensor(x.shape(), x.dtype());

@@ -223,11 +223,25 @@ class MpiCommunicator : public Communicator {
                        const WaitContext& context);
   // Runs the data phase of collective `sequence` (requests from MPI_I* calls) to completion.
   // closes: false for a stage of a data phase that goes on (the hierarchical allreduce's).
+  // sequence: the collective's (default: the one whose headers went out last).
   void finish_collective(std::vector<MPI_Request>& requests, const char* operation, KeepAlive keep_alive,
-                         bool closes = true);
+                         bool closes = true, std::int64_t sequence = -1);
   // The hierarchical allreduce's data phase (mpi_hierarchical.cc): y = the sum over every rank
-  // of send (host memory, of y's size), moved in pieces of at most chunk elements.
+  // of send (host memory, of y's size), moved in pieces of at most chunk elements; blocking, or
+  // started (its stages advanced by the pending collective's test and wait).
+  class HierarchicalSum;
+  // Started hierarchical sums, oldest first, until every stage of each is posted. One posts its
+  // first stage only once every sum before it has posted all of its stages, so that every rank
+  // posts on the host's and the first ranks' communicators in the same order (MPI's rule for
+  // non-blocking collectives). advance_hierarchical posts what can be posted, front to back
+  // (blocking: waiting as needed, up to `target`, or through every sum when it is null).
+  std::deque<std::shared_ptr<HierarchicalSum>> hierarchical_queue_;
+  void advance_hierarchical(const HierarchicalSum* target, bool blocking);
   void hierarchical_sum(const Tensor& send, Tensor& y, MPI_Datatype type, std::size_t chunk, const char* operation);
+  // x: the caller's tensor; send: its bytes in host memory; mine: the header (digest set).
+  std::unique_ptr<PendingCollective> start_hierarchical_sum(const Tensor& x, const Tensor& send, MPI_Datatype type,
+                                                            std::size_t chunk, comm_detail::MessageHeader mine,
+                                                            const char* operation);
 
   // --- collectives (mpi_collectives.cc) -----------------------------------------------------
   // Sends this rank's header for the next collective to every peer (header_for(peer) may vary
@@ -263,13 +277,25 @@ class MpiCommunicator : public Communicator {
     KeepAlive keep_alive;
     std::function<void(std::vector<MPI_Request>&)> post_data;
     bool data_posted = false;
+    // A data phase in stages (StartedStages below); empty: post_data posts it all.
+    std::function<bool(bool blocking, std::vector<MPI_Request>& requests)> advance;
+    std::function<std::vector<MPI_Request>()> stage_requests;
     std::string operation;
     std::int64_t sequence = 0;
     std::int64_t flight_entry = -1;
   };
+  // A data phase in stages (the hierarchical allreduce): advance posts the stages whose inputs
+  // have arrived (blocking: waits for each in turn), appends the last stage's requests to
+  // `requests` once every stage is posted, and returns whether they are; stage_requests lists
+  // the requests it has not handed over (set aside when the collective is dropped or fails).
+  struct StartedStages {
+    std::function<bool(bool blocking, std::vector<MPI_Request>& requests)> advance;
+    std::function<std::vector<MPI_Request>()> stage_requests;
+  };
   std::unique_ptr<PendingCollective> start_collective(Header mine, bool same_shape, const char* operation,
                                                       std::function<void(std::vector<MPI_Request>&)> post_data,
-                                                      KeepAlive keep_alive, Tensor result, Device device);
+                                                      KeepAlive keep_alive, Tensor result, Device device,
+                                                      StartedStages stages = {});
   // Takes the started collectives' headers in order and posts their data phases; blocking: until
   // `until`'s is posted (or all, when null); otherwise as far as the headers have arrived.
   void progress_started(const StartedCollective* until, bool blocking);
