@@ -74,6 +74,8 @@ class SpanScope {
   std::int64_t begin_us_ = 0;
 };
 
+// The wall clock in microseconds since the epoch, plus TANDEM_CLOCK_SKEW_US where set (a host
+// whose clock is off, for the tests of the alignment across hosts in comm/transport/flight_dumps.cc).
 std::int64_t now_us();
 int thread_index();
 

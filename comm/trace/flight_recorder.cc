@@ -34,10 +34,9 @@ const char* state_name(FlightState state) {
   return "?";
 }
 
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+// The timeline's clock: the recorder's entries become the timeline's communication spans, on one
+// clock with the rest (TANDEM_CLOCK_SKEW_US included).
+std::int64_t now_us() { return timeline::now_us(); }
 
 FlightRecorder& FlightRecorder::instance() {
   static FlightRecorder* recorder = new FlightRecorder();  // never destroyed: dumps run at exit

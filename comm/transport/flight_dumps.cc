@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "comm/trace/analysis.h"
 #include "comm/trace/trace_dump.h"
+#include "comm/transport/mpi_env.h"
 #include "core/timeline.h"
 
 namespace tandem::comm_detail {
@@ -112,8 +114,51 @@ void await_failure_report() {
   }
 }
 
+namespace {
+
+// A rank's clock against rank 0's: offset_us = its clock - rank 0's; error_us bounds the error.
+struct ClockOffset {
+  std::int64_t offset_us = 0, error_us = 0;
+};
+
+// Cristian's algorithm over the control communicator: rank 0 asks every rank for its time 8
+// times; of the round trips, the shortest gives the offset to within half its duration. Hosts'
+// clocks differ (NTP keeps them within about a millisecond, a misconfigured host by anything);
+// the processes of one host share theirs. Returned at rank 0 (one per rank), empty elsewhere.
+std::vector<ClockOffset> clock_offsets(MPI_Comm control, int world_rank, int world_size) {
+  constexpr int kRounds = 8;
+  std::vector<ClockOffset> offsets(world_rank == 0 ? world_size : 0);
+  for (int r = 1; r < world_size; ++r) {
+    if (world_rank == 0) {
+      std::int64_t best = -1;
+      for (int k = 0; k < kRounds; ++k) {
+        std::int64_t theirs = 0;
+        const std::int64_t t0 = timeline::now_us();
+        MPI_Send(&t0, 1, MPI_INT64_T, r, kClockTag, control);
+        MPI_Recv(&theirs, 1, MPI_INT64_T, r, kClockTag, control, MPI_STATUS_IGNORE);
+        const std::int64_t t1 = timeline::now_us();
+        if (best < 0 || t1 - t0 < best) {
+          best = t1 - t0;
+          offsets[r] = {theirs - (t0 + t1) / 2, best / 2 + 1};
+        }
+      }
+    } else if (world_rank == r) {
+      for (int k = 0; k < kRounds; ++k) {
+        std::int64_t now = 0;
+        MPI_Recv(&now, 1, MPI_INT64_T, 0, kClockTag, control, MPI_STATUS_IGNORE);
+        now = timeline::now_us();
+        MPI_Send(&now, 1, MPI_INT64_T, 0, kClockTag, control);
+      }
+    }
+  }
+  return offsets;
+}
+
+}  // namespace
+
 void write_job_timeline(MPI_Comm control, int world_rank, int world_size) {
   if (!timeline::enabled() || timeline::output_path().empty()) return;
+  const std::vector<ClockOffset> clocks = clock_offsets(control, world_rank, world_size);
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::string mine = nlohmann::json{{"name", "rank " + std::to_string(world_rank) + " (" + host + ", pid " +
@@ -139,8 +184,22 @@ void write_job_timeline(MPI_Comm control, int world_rank, int world_size) {
     std::vector<std::string> names;
     for (int r = 0; r < world_size; ++r) {
       const auto doc = nlohmann::json::parse(all.substr(offsets[r], sizes[r]));
-      names.push_back(doc["name"]);
-      per_rank.push_back(timeline::from_json(doc["spans"]));
+      std::string name = doc["name"];
+      std::vector<timeline::Span> spans = timeline::from_json(doc["spans"]);
+      // A clock off by more than the measurement's error: its spans move onto rank 0's clock.
+      const ClockOffset& clock = clocks[r];
+      if (std::llabs(clock.offset_us) > clock.error_us) {
+        for (timeline::Span& span : spans) {
+          span.begin_us -= clock.offset_us;
+          span.end_us -= clock.offset_us;
+        }
+        char note[96];
+        std::snprintf(note, sizeof note, " [clock %+.3f ms from rank 0's, aligned to within %lld us]",
+                      clock.offset_us / 1e3, static_cast<long long>(clock.error_us));
+        name += note;
+      }
+      names.push_back(name);
+      per_rank.push_back(std::move(spans));
     }
     std::ofstream out(timeline::output_path());
     out << timeline::chrome_trace(per_rank, names).dump() << "\n";

@@ -10,6 +10,8 @@
 #     f32 rounding);
 #   - resume: a hierarchical run stopped after epoch 1 and resumed ends bit-identical to an
 #     uninterrupted one;
+#   - the job timeline (TANDEM_TIMELINE) with host 1's clock 250 ms ahead: aligned, every message
+#     received after it was sent;
 #   - a host killed mid-training (every process in its namespace, SIGKILL): every other rank
 #     exits non-zero within 10 s, and nothing of the job or the hosts is left.
 # Where network namespaces cannot be made (not root, or no CAP_SYS_ADMIN) it says SKIPPED and why.
@@ -89,6 +91,15 @@ for k in hier:
     assert np.array_equal(hier[k], resumed[k]), ("resumed", k)
 print("resumed run: bit-identical to the uninterrupted one")
 PY
+
+# The job timeline across hosts, host 1's clock 250 ms ahead: rank 0 measures every rank's
+# clock against its own and moves that host's spans back, so no message arrives before it left.
+TANDEM_TIMELINE="$t/timeline.json" run timeline 2 1 /bin/sh -c \
+  'case "$(hostname)" in *h1) export TANDEM_CLOCK_SKEW_US=250000 ;; esac; exec "$0" "$@"' \
+  "$pipe" --layers 4 --unit 64 --batchsize 50 --train-size 400 --test-size 100 --epoch 1 --microbatches 4 \
+  --out "$t/timeline"
+tests/comm/trace/check_timeline "$t/timeline.json" 2 100 || fail "the timeline across hosts"
+grep -q 'clock +250' "$t/timeline.json" || fail "the timeline does not say that rank 1's clock was moved"
 
 # A host killed mid-training: every process of host 1 (its two ranks and its MPI proxy).
 state="$t/kill.state"
