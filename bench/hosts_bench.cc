@@ -9,7 +9,8 @@
 //   hosts.allreduce.<mpi|flat|hierarchical>.<1MB|16MB>   raw MPI_Allreduce, then the "naive" and
 //                                         "hierarchical" communicators' allreduce (f32)
 //   hosts.dp.train.<flat|hierarchical>   a data-parallel SGD step of an MLP 784-1000-1000-10
-//                                         (1.8 M parameters, 7.2 MB of gradients), 100 per rank
+//                                         (1.8 M parameters, 7.2 MB of gradients), 100 per rank,
+//                                         buckets of 4 MiB averaged while backward runs
 //   hosts.model.<inter|intra>            alpha (us) and beta (us per MB) of the ping-pongs (see fit),
 //                                         and what the model predicts
 //                                         for the allreduces measured here (predicted_ms beside
@@ -180,7 +181,9 @@ int main() {
     model->append(std::make_shared<Linear>(784, 1000));
     model->append(std::make_shared<Linear>(1000, 1000));
     model->append(std::make_shared<Linear>(1000, 10));
-    auto optimizer = create_multi_node_optimizer(std::make_shared<SGD>(0.01), comm);
+    // Buckets of 4 MiB averaged while backward runs (the default DataParallelOptions), as
+    // train_mnist_data_parallel runs them.
+    auto optimizer = create_multi_node_optimizer(std::make_shared<SGD>(0.01), comm, DataParallelOptions{});
     optimizer->setup(model);
     Generator generator(100 + static_cast<std::uint64_t>(rank));
     Variable x(rand_uniform({100, 784}, generator));
