@@ -124,9 +124,11 @@ void single(int threads, const Data& data) {
 
 // The one-process step with the batch in `microbatches` parts whose gradients accumulate (a
 // pipeline of one rank and one stage): what small microbatches cost without any pipeline.
-void accumulated(const CommunicatorPtr& comm, int microbatches, const Data& data) {
+void accumulated(const CommunicatorPtr& comm, int microbatches, bool deferred, const Data& data) {
   bench::set_threads(1);
-  auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::gpipe(1, microbatches),
+  pipeline::Schedule schedule = pipeline::gpipe(1, microbatches);
+  if (deferred) schedule = pipeline::defer_weight_gradients(schedule);
+  auto pipe = std::make_shared<pipeline::Pipeline>(comm, schedule,
                                                    std::vector<LinkPtr>{std::make_shared<Layers>(0, HIDDEN + 1)});
   SGD opt(0.01);
   opt.setup(pipe);
@@ -137,7 +139,7 @@ void accumulated(const CommunicatorPtr& comm, int microbatches, const Data& data
     opt.update();
     ++i;
   });
-  bench::print_stats("pp.mlp.train.single.t1.m" + std::to_string(microbatches) + batch_suffix(), bench::threads_tag(1) + " batch=" + std::to_string(B),
+  bench::print_stats("pp.mlp.train.single.t1.m" + std::to_string(microbatches) + (deferred ? ".dw" : "") + batch_suffix(), bench::threads_tag(1) + " batch=" + std::to_string(B),
                      s);
   std::printf("\n");
   std::fflush(stdout);
@@ -145,7 +147,7 @@ void accumulated(const CommunicatorPtr& comm, int microbatches, const Data& data
 
 void pipelined(const CommunicatorPtr& comm, const std::string& name, int microbatches, const Data& data) {
   const int ranks = comm->size();
-  const int v = name == "interleaved" ? 2 : 1;
+  const int v = name.rfind("interleaved", 0) == 0 ? 2 : 1;
   const int stages = ranks * v;
   // Stage s holds layers [s * 9 / stages, (s + 1) * 9 / stages) of the 9 (the last has the loss).
   std::vector<LinkPtr> mine;
@@ -186,17 +188,22 @@ void pipelined(const CommunicatorPtr& comm, const std::string& name, int microba
   pipeline::MeasuredStep measured = costs.back();
   measured.options.link = link;
   for (std::size_t s = 0; s < measured.options.stage_costs.size(); ++s) {
-    std::vector<double> forwards, backwards;
+    std::vector<double> forwards, backwards, weights;
     for (const pipeline::MeasuredStep& c : costs) {
       forwards.push_back(c.options.stage_costs[s].forward_s);
       backwards.push_back(c.options.stage_costs[s].backward_s);
+      weights.push_back(c.options.stage_costs[s].weight_s);
     }
     // (summarize takes any unit: these are seconds.)
     measured.options.stage_costs[s].forward_s = bench::summarize(forwards).median_ms;
     measured.options.stage_costs[s].backward_s = bench::summarize(backwards).median_ms;
+    measured.options.stage_costs[s].weight_s =
+        std::min(bench::summarize(weights).median_ms, measured.options.stage_costs[s].backward_s);
   }
   const pipeline::SimulationResult predicted = pipeline::simulate(pipe->schedule(), measured.options);
   if (comm->rank() != 0) return;
+  // PP_VERBOSE=1: the simulator's command line with these costs (to plan other schedules).
+  if (std::getenv("PP_VERBOSE") != nullptr) std::printf("%s\n", pipeline::simulate_command(pipe->schedule(), measured.options).c_str());
   const bench::Stats s = bench::summarize(std::move(tmax));
   const std::string id = "pp.mlp.train." + name + ".m" + std::to_string(microbatches) + batch_suffix();
   bench::print_stats(id, bench::threads_tag(1) + " ranks=" + std::to_string(ranks) + " batch=" + std::to_string(B), s);
@@ -221,13 +228,14 @@ int main() {
   const std::string only = only_env ? only_env : "";
   if (comm->size() == 1) {
     for (int threads : bench::thread_list()) single(threads, data);
-    for (int m : {2, 8}) accumulated(comm, m, data);
+    for (int m : {2, 8})
+      for (bool deferred : {false, true}) accumulated(comm, m, deferred, data);
     return 0;
   }
   bench::set_threads(1);
-  for (const std::string name : {"gpipe", "1f1b", "interleaved"}) {
+  for (const std::string name : {"gpipe", "1f1b", "interleaved", "gpipe-dw", "1f1b-dw", "interleaved-dw"}) {
     for (int m : {1, 2, 4, 8}) {
-      if (name == "interleaved" && m % comm->size() != 0) continue;
+      if (name.rfind("interleaved", 0) == 0 && m % comm->size() != 0) continue;
       if (!only.empty() && only != name + ".m" + std::to_string(m)) continue;
       pipelined(comm, name, m, data);
     }

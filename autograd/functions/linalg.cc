@@ -1,6 +1,7 @@
 #include "autograd/functions/linalg.h"
 
 #include "autograd/function_node.h"
+#include "autograd/weight_gradient_queue.h"
 #include "core/ops.h"
 
 namespace tandem {
@@ -93,9 +94,13 @@ class Linear : public FunctionNode {
     std::vector<Tensor> out(inputs().size());
     if (needs_input_grad(0)) out[0] = tandem::matmul(gy, saved()[1]).reshape(x_shape_);
     if (needs_input_grad(1)) {
-      // W's gradient: straight into the parameter's gradient when it already holds earlier
-      // microbatches' (leaf_gradient_to_accumulate), else a new tensor for the engine.
-      if (Tensor* into = leaf_gradient_to_accumulate(1)) tandem::matmul_accumulate_(*into, gy, saved()[0], true, false);
+      // W's gradient: queued for one product over many microbatches (a pipeline's deferred weight
+      // gradients, autograd/weight_gradient_queue.h), or straight into the parameter's gradient
+      // when it already holds earlier microbatches' (leaf_gradient_to_accumulate), else a new
+      // tensor for the engine.
+      WeightGradientQueue* queue = inputs()[1]->creator ? nullptr : WeightGradientQueue::active();
+      if (queue != nullptr) queue->push(inputs()[1], gy, saved()[0]);
+      else if (Tensor* into = leaf_gradient_to_accumulate(1)) tandem::matmul_accumulate_(*into, gy, saved()[0], true, false);
       else out[1] = tandem::matmul(gy, saved()[0], true, false);
     }
     if (out.size() == 3 && needs_input_grad(2)) out[2] = tandem::sum(gy, {0});

@@ -9,6 +9,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#include "autograd/weight_gradient_queue.h"
 #include "comm/pipeline/pipeline_messages.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -120,6 +121,8 @@ Pipeline::Pipeline(CommunicatorPtr comm, Schedule schedule, std::vector<LinkPtr>
     add_child(std::to_string(stage_ids_[i]), stages[i]);
     stages_[stage_ids_[i]] = stages[i];
   }
+  for (const Action& a : schedule_.actions[static_cast<std::size_t>(rank)])
+    if (a.kind == ActionKind::weight) weight_queues_[a.stage];  // this stage's backwards queue
   comm_ = comm->split(0, rank);
   comm_->set_timeout(comm->timeout());
 }
@@ -155,6 +158,7 @@ void Pipeline::reset_step_state() {
   local_gradients_.clear();
   sent_.assign(static_cast<std::size_t>(2 * schedule_.stages), 0);
   received_.assign(static_cast<std::size_t>(2 * schedule_.stages), 0);
+  for (auto& entry : weight_queues_) entry.second.clear();
   loss_sum_ = 0;
   observation_sum_.clear();
   current_action_ = "preparing the step";
@@ -204,6 +208,7 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
     slots_.clear();
     local_activations_.clear();
     local_gradients_.clear();
+    for (auto& entry : weight_queues_) entry.second.clear();
     // Whoever waits on a channel from this rank gets the abort instead of waiting forever.
     for (const Channel& c : outgoing_channels()) {
       detail::send_abort(*comm_, failure, c.peer, c.tag);
@@ -241,12 +246,16 @@ void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point 
         // The flight recorder's entries and the timeline's spans say which stage and microbatch
         // they served.
         const timeline::StageScope context(action.stage, action.microbatch);
+        const char* what = action.kind == ActionKind::forward    ? "forward"
+                           : action.kind == ActionKind::backward ? "backward"
+                                                                 : "weight gradients";
         const timeline::SpanScope span(
-            "pipeline", timeline::enabled() ? tandem::detail::concat(action.kind == ActionKind::forward ? "forward" : "backward",
-                                                             " stage ", action.stage, " microbatch ", action.microbatch)
-                                            : std::string());
+            "pipeline", timeline::enabled()
+                            ? tandem::detail::concat(what, " stage ", action.stage, " microbatch ", action.microbatch)
+                            : std::string());
         if (action.kind == ActionKind::forward) run_forward(action.stage, action.microbatch, true);
-        else run_backward(action.stage, action.microbatch);
+        else if (action.kind == ActionKind::backward) run_backward(action.stage, action.microbatch);
+        else run_weight(action.stage);
       });
     }
     return;
@@ -438,6 +447,11 @@ void Pipeline::run_backward(int stage, int microbatch) {
   Variables inputs = std::move(slot->inputs);
   Variables outputs = std::move(slot->outputs);
   std::optional<ComputeTimer> timer(std::in_place, compute_s_);
+  // A stage with weight actions leaves its weight gradients to them (weight_gradient_queue.h).
+  auto queue = weight_queues_.find(stage);
+  std::optional<WeightGradientQueue::Scope> deferring;
+  if (queue != weight_queues_.end()) deferring.emplace(queue->second);
+  const std::int64_t queued_before = queue != weight_queues_.end() ? queue->second.queued_bytes() : 0;
   if (options_.recompute) {
     // The forward again, from the same inputs and the same random state (dropout's masks).
     for (std::size_t i = 0; i < slot->saved_inputs.size(); ++i)
@@ -470,6 +484,10 @@ void Pipeline::run_backward(int stage, int microbatch) {
     }
     if (!roots.empty()) tandem::backward(roots, grads);
   }
+  if (queue != weight_queues_.end()) {
+    std::int64_t& most = profile_.queued_bytes[stage];
+    most = std::max(most, queue->second.queued_bytes() - queued_before);
+  }
   if (stage == 0) return;
   std::vector<Tensor> input_grads;
   for (const Variable& x : inputs) {
@@ -477,6 +495,13 @@ void Pipeline::run_backward(int stage, int microbatch) {
     input_grads.push_back(x.grad().defined() ? x.grad() : zeros_like(x.data()));
   }
   deliver(stage, stage - 1, microbatch, input_grads, std::vector<bool>(input_grads.size(), false), true);
+}
+
+void Pipeline::run_weight(int stage) {
+  auto queue = weight_queues_.find(stage);
+  TANDEM_CHECK(queue != weight_queues_.end(), "no weight gradients queued for stage ", stage, " on this rank");
+  const ComputeTimer timer(compute_s_);
+  queue->second.flush();
 }
 
 // --- the end of a step -------------------------------------------------------------------------

@@ -24,6 +24,13 @@
 // and each microbatch: a stage's input is a leaf whose gradient goes back to the previous stage
 // when the schedule runs that microbatch's backward there. Stages hold no graph between steps.
 //
+// Weight actions (defer_weight_gradients, schedule.h): a stage's backwards compute the gradients
+// of its inputs (what the previous stage waits for) and of every parameter except linear
+// functions' weights, which they queue; the stage's weight actions compute those, one product per
+// weight over every queued microbatch (autograd/weight_gradient_queue.h). The same gradients
+// (to rounding); fewer, larger products. With an overlapping data-parallel optimizer registered
+// (a backward observer) nothing is queued and the weight actions have nothing to do.
+//
 // Communication: exactly what schedule.h says. Activations and gradients go out with isend, so a
 // rank goes on computing while they travel (completed in order, and all of them by the end of
 // the step); receives block until the message is there. With recompute, forward keeps only the
@@ -56,6 +63,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/weight_gradient_queue.h"
 #include "comm/pipeline/schedule.h"
 #include "comm/pipeline/simulator.h"
 #include "comm/transport/communicator.h"
@@ -97,14 +105,15 @@ struct StepResult {
 // What the last step did on this rank, for profiling and for checking the simulator (profile.h):
 // each action with its start and end (seconds from the start of the step, waits for messages
 // included), the time the stage computed in it (waits left out), and per stage the bytes of its
-// outputs and of what a microbatch keeps from its forward to its backward (both the largest over
-// microbatches), and the most bytes alive above the step's start after any action, the
+// outputs, of what a microbatch keeps from its forward to its backward and of what its backward
+// queues for a weight action (each the largest over microbatches), and the most bytes alive above the step's start after any action, the
 // parameters' gradients left out (the first backward of a step may create them).
 struct StepProfile {
   std::vector<TimedAction> actions;
   std::vector<double> compute_s;              // per action
   std::map<int, std::int64_t> output_bytes;   // by stage
   std::map<int, std::int64_t> stored_bytes;   // by stage
+  std::map<int, std::int64_t> queued_bytes;   // by stage: what a backward queues for a weight action
   std::int64_t peak_bytes = 0;
   double step_s = 0;         // this rank's step, to the end of the exchange
   double start_clock_s = 0;  // when it started, on std::chrono::steady_clock (one clock per host)
@@ -149,6 +158,7 @@ class Pipeline : public Link {
   void run_actions(bool training, std::chrono::steady_clock::time_point start);
   void run_forward(int stage, int microbatch, bool training);
   void run_backward(int stage, int microbatch);
+  void run_weight(int stage);
   Variables stage_inputs(int stage, int microbatch, bool training);
   Variables call_stage(int stage, int microbatch, const Variables& inputs);
   void deliver(int from_stage, int to_stage, int microbatch, const std::vector<Tensor>& tensors,
@@ -165,6 +175,8 @@ class Pipeline : public Link {
   PipelineOptions options_;
   std::vector<int> stage_ids_;
   std::map<int, LinkPtr> stages_;
+  // The stages of this rank whose weight gradients the schedule's weight actions compute.
+  std::map<int, WeightGradientQueue> weight_queues_;
   StepProfile profile_;
 
   // The state of one step.

@@ -31,9 +31,12 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
   Json mine = {{"step_s", profile.step_s}, {"peak_bytes", profile.peak_bytes}, {"stages", Json::array()}};
   for (int s : pipe.stage_ids()) {
     std::vector<double> forwards, backwards;
+    double weights = 0;  // the stage's weight actions together (they cover every backward once)
     for (std::size_t i = 0; i < profile.actions.size(); ++i) {
-      if (profile.actions[i].action.stage != s) continue;
-      (profile.actions[i].action.kind == ActionKind::forward ? forwards : backwards).push_back(profile.compute_s[i]);
+      const Action& action = profile.actions[i].action;
+      if (action.stage != s) continue;
+      if (action.kind == ActionKind::weight) weights += profile.compute_s[i];
+      else (action.kind == ActionKind::forward ? forwards : backwards).push_back(profile.compute_s[i]);
     }
     const auto bytes = [s](const std::map<int, std::int64_t>& m) {
       auto it = m.find(s);
@@ -44,8 +47,10 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
                               {"backwards", backwards.size()},
                               {"forward_s", median(forwards)},
                               {"backward_s", median(backwards)},
+                              {"weight_s", backwards.empty() ? 0.0 : weights / double(backwards.size())},
                               {"activation_bytes", bytes(profile.output_bytes)},
-                              {"stored_bytes", bytes(profile.stored_bytes)}});
+                              {"stored_bytes", bytes(profile.stored_bytes)},
+                              {"queued_bytes", bytes(profile.queued_bytes)}});
   }
   Communicator& comm = pipe.communicator();
   const Schedule& schedule = pipe.schedule();
@@ -68,8 +73,12 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
       if (pipe.recompute()) cost.backward_s = std::max(1e-9, cost.backward_s - cost.forward_s);
       cost.forward_s = std::max(1e-9, cost.forward_s);
       cost.backward_s = std::max(1e-9, cost.backward_s);
+      // With weight actions the measured backward is the input gradients' part alone.
+      cost.weight_s = st["weight_s"];
+      cost.backward_s += cost.weight_s;
       cost.activation_bytes = st["activation_bytes"];
       cost.stored_bytes = st["stored_bytes"];
+      cost.queued_bytes = st["queued_bytes"];
     }
   }
   out.options.recompute = pipe.recompute();
@@ -81,7 +90,7 @@ SimulationResult measured_result(const Pipeline& pipe) {
   Json mine = {{"start", profile.start_clock_s}, {"peak_bytes", profile.peak_bytes}, {"actions", Json::array()}};
   for (std::size_t i = 0; i < profile.actions.size(); ++i) {
     const TimedAction& a = profile.actions[i];
-    mine["actions"].push_back({a.action.kind == ActionKind::forward ? 0 : 1, a.action.stage, a.action.microbatch,
+    mine["actions"].push_back({static_cast<int>(a.action.kind), a.action.stage, a.action.microbatch,
                                a.start_s, a.end_s, profile.compute_s[i]});
   }
   std::vector<Json> all;
@@ -96,13 +105,12 @@ SimulationResult measured_result(const Pipeline& pipe) {
     const double offset = rank["start"].get<double>() - origin;
     int in_flight = 0;
     for (const Json& a : rank["actions"]) {
-      const Action action{a[0].get<int>() == 0 ? ActionKind::forward : ActionKind::backward, a[1].get<int>(),
-                          a[2].get<int>()};
+      const Action action{static_cast<ActionKind>(a[0].get<int>()), a[1].get<int>(), a[2].get<int>()};
       // The action's computation ends it; the wait for its input before that shows as idle.
       const double end = offset + a[4].get<double>(), compute = a[5].get<double>();
       r.actions.push_back(TimedAction{action, std::max(offset + a[3].get<double>(), end - compute), end});
       r.busy_s += compute;
-      in_flight += action.kind == ActionKind::forward ? 1 : -1;
+      in_flight += action.kind == ActionKind::forward ? 1 : action.kind == ActionKind::backward ? -1 : 0;
       r.peak_in_flight = std::max(r.peak_in_flight, in_flight);
     }
     r.peak_stored_bytes = rank["peak_bytes"];
@@ -135,9 +143,11 @@ std::string simulate_command(const Schedule& schedule, const SimulationOptions& 
   cmd << "bazel run //comm/pipeline:simulate -- --schedule " << name << " --ranks " << schedule.ranks
       << " --stages-per-rank " << schedule.stages / schedule.ranks << " --microbatches " << schedule.microbatches
       << " --forward-ms " << list([](const StageCost& c) { return c.forward_s * 1e3; }) << " --backward-ms "
-      << list([](const StageCost& c) { return c.backward_s * 1e3; }) << " --activation-mb "
+      << list([](const StageCost& c) { return c.backward_s * 1e3; }) << " --weight-ms "
+      << list([](const StageCost& c) { return c.weight_s * 1e3; }) << " --activation-mb "
       << list([&](const StageCost& c) { return c.activation_bytes / kMiB; }) << " --stored-mb "
-      << list([&](const StageCost& c) { return c.stored_bytes / kMiB; }) << " --latency-us "
+      << list([&](const StageCost& c) { return c.stored_bytes / kMiB; }) << " --queued-mb "
+      << list([&](const StageCost& c) { return std::max<std::int64_t>(c.queued_bytes, 0) / kMiB; }) << " --latency-us "
       << measured.link.latency_s * 1e6 << " --bandwidth-gbps " << measured.link.bandwidth_bytes_per_s / 1e9
       << (measured.recompute ? " --recompute" : "");
   return cmd.str();

@@ -123,9 +123,11 @@ std::string chrome_trace_json(const Schedule& schedule, const SimulationResult& 
     const std::vector<TimedAction>& actions = result.ranks[r].actions;
     for (std::size_t i = 0; i < actions.size(); ++i) {
       const TimedAction& t = actions[i];
-      const bool fwd = t.action.kind == ActionKind::forward;
+      const char* category = t.action.kind == ActionKind::forward    ? "forward"
+                             : t.action.kind == ActionKind::backward ? "backward"
+                                                                     : "weight";
       events.push_back({{"name", t.action.label(with_stage)},
-                        {"cat", fwd ? "forward" : "backward"},
+                        {"cat", category},
                         {"ph", "X"},
                         {"ts", t.start_s * 1e6},
                         {"dur", (t.end_s - t.start_s) * 1e6},

@@ -1,6 +1,7 @@
 #include "comm/pipeline/schedule.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -9,18 +10,22 @@ namespace tandem {
 namespace pipeline {
 
 std::string Action::describe() const {
+  if (kind == ActionKind::weight)
+    return detail::concat("weight gradients up to microbatch ", microbatch, " on stage ", stage);
   return detail::concat(kind == ActionKind::forward ? "forward" : "backward", " of microbatch ",
                         microbatch, " on stage ", stage);
 }
 
 std::string Action::label(bool with_stage) const {
-  std::string text = detail::concat(kind == ActionKind::forward ? "F" : "B", microbatch);
+  const char* letter = kind == ActionKind::forward ? "F" : kind == ActionKind::backward ? "B" : "W";
+  std::string text = detail::concat(letter, microbatch);
   if (with_stage) text += detail::concat("/s", stage);
   return text;
 }
 
 Action forward(int stage, int microbatch) { return {ActionKind::forward, stage, microbatch}; }
 Action backward(int stage, int microbatch) { return {ActionKind::backward, stage, microbatch}; }
+Action weight(int stage, int microbatch) { return {ActionKind::weight, stage, microbatch}; }
 
 std::string Schedule::describe() const {
   return detail::concat("'", name, "' (", ranks, ranks == 1 ? " rank, " : " ranks, ", stages,
@@ -35,6 +40,7 @@ std::string Message::describe() const {
 }
 
 std::optional<Action> producer_of(const Schedule& schedule, const Action& action) {
+  if (action.kind == ActionKind::weight) return std::nullopt;
   if (action.kind == ActionKind::forward) {
     if (action.stage == 0) return std::nullopt;
     return forward(action.stage - 1, action.microbatch);
@@ -55,6 +61,7 @@ std::optional<Message> received_by(const Schedule& schedule, const Action& actio
 }
 
 std::optional<Message> sent_by(const Schedule& schedule, const Action& action) {
+  if (action.kind == ActionKind::weight) return std::nullopt;
   const bool forward_kind = action.kind == ActionKind::forward;
   const int to_stage = forward_kind ? action.stage + 1 : action.stage - 1;
   if (to_stage < 0 || to_stage >= schedule.stages) return std::nullopt;
@@ -103,6 +110,38 @@ void check_same_order(const Schedule& schedule, ActionKind kind, int sender, int
   }
 }
 
+// A stage's weight actions, if it has any: each covers the backwards of the stage since the
+// previous one (at least one), names the last of them, and none is left uncovered.
+void check_weight_actions(const Schedule& s, const std::string& who) {
+  for (int r = 0; r < s.ranks; ++r) {
+    const std::vector<Action>& list = s.actions[static_cast<std::size_t>(r)];
+    std::vector<int> last_backward(static_cast<std::size_t>(s.stages), -1);  // uncovered, by index
+    std::vector<bool> has_weight(static_cast<std::size_t>(s.stages), false);
+    for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+      const Action& a = list[static_cast<std::size_t>(i)];
+      int& pending = last_backward[static_cast<std::size_t>(a.stage)];
+      if (a.kind == ActionKind::backward) pending = i;
+      if (a.kind != ActionKind::weight) continue;
+      has_weight[static_cast<std::size_t>(a.stage)] = true;
+      TANDEM_CHECK(pending >= 0, who, ": rank ", r, ", action ", i, " (", a.describe(),
+                   ") has no backward of stage ", a.stage, " to take the weight gradients of (none since ",
+                   "the step's start or the stage's previous weight action)");
+      const Action& last = list[static_cast<std::size_t>(pending)];
+      TANDEM_CHECK(last.microbatch == a.microbatch, who, ": rank ", r, ", action ", i, " (", a.describe(),
+                   ") follows action ", pending, " (", last.describe(), "): a weight action names the microbatch ",
+                   "of the last backward it covers, here ", last.microbatch);
+      pending = -1;
+    }
+    for (int stage = 0; stage < s.stages; ++stage) {
+      const int pending = last_backward[static_cast<std::size_t>(stage)];
+      if (!has_weight[static_cast<std::size_t>(stage)] || pending < 0) continue;
+      TANDEM_FAIL(who, ": rank ", r, ", action ", pending, " (", list[static_cast<std::size_t>(pending)].describe(),
+                  ") is followed by no weight action of stage ", stage, ": a stage with weight actions needs one ",
+                  "after its last backward, or those weight gradients are never computed");
+    }
+  }
+}
+
 }  // namespace
 
 void validate(const Schedule& s) {
@@ -130,6 +169,7 @@ void validate(const Schedule& s) {
       TANDEM_CHECK(s.rank_of_stage(a.stage) == r, who, ": rank ", r, ", action ", i, " (",
                    a.describe(), ") is on the wrong rank: stage ", a.stage, " runs on rank ",
                    s.rank_of_stage(a.stage), " (stage s on rank s % ", s.ranks, ")");
+      if (a.kind == ActionKind::weight) continue;  // checked below
       const int k = a.kind == ActionKind::forward ? 0 : 1;
       int& seen = index[k][a.stage][a.microbatch];
       TANDEM_CHECK(seen < 0, who, ": rank ", r, " runs the ", a.describe(), " twice, as actions ",
@@ -157,6 +197,7 @@ void validate(const Schedule& s) {
                    forward(stage, m).describe(), "): a backward must follow its forward");
     }
   }
+  check_weight_actions(s, who);
   for (int stage = 0; stage + 1 < s.stages; ++stage) {
     if (s.rank_of_stage(stage) == s.rank_of_stage(stage + 1)) continue;  // memory, no channel
     check_same_order(s, ActionKind::forward, stage, stage + 1, order[0], index[0]);
@@ -253,10 +294,34 @@ Schedule interleaved_1f1b(int ranks, int v, int microbatches) {
   return s;
 }
 
-std::vector<std::string> schedule_names() { return {"gpipe", "1f1b", "interleaved"}; }
+Schedule defer_weight_gradients(const Schedule& schedule) {
+  for (const std::vector<Action>& list : schedule.actions)
+    for (const Action& a : list)
+      TANDEM_CHECK(a.kind != ActionKind::weight, "defer_weight_gradients: pipeline schedule ", schedule.describe(),
+                   " already has weight actions (", a.describe(), ")");
+  Schedule s = schedule;
+  s.name += "-dw";
+  for (std::vector<Action>& list : s.actions) {
+    std::map<int, int> last;  // stage -> microbatch of its last backward, in stage order
+    for (const Action& a : list)
+      if (a.kind == ActionKind::backward) last[a.stage] = a.microbatch;
+    for (const auto& [stage, microbatch] : last) list.push_back(weight(stage, microbatch));
+  }
+  return s;
+}
+
+std::vector<std::string> schedule_names() {
+  return {"gpipe", "1f1b", "interleaved", "gpipe-dw", "1f1b-dw", "interleaved-dw"};
+}
 
 Schedule schedule_by_name(const std::string& name, int ranks, int stages_per_rank,
                           int microbatches) {
+  const std::string suffix = "-dw";
+  if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string base = name.substr(0, name.size() - suffix.size());
+    if (base == "gpipe" || base == "1f1b" || base == "interleaved")
+      return defer_weight_gradients(schedule_by_name(base, ranks, stages_per_rank, microbatches));
+  }
   if (name == "interleaved") return interleaved_1f1b(ranks, stages_per_rank, microbatches);
   if (name == "gpipe" || name == "1f1b") {
     TANDEM_CHECK(stages_per_rank == 1, "pipeline schedule '", name,

@@ -35,16 +35,19 @@
 namespace tandem {
 namespace pipeline {
 
-enum class ActionKind { forward, backward };  // backward = the stage's whole backward for m
+// backward = the stage's whole backward for m, or only its input gradient where the schedule
+// has weight actions for the stage; weight = the weight gradients of the stage's backwards since
+// its previous weight action, computed together (see defer_weight_gradients).
+enum class ActionKind { forward, backward, weight };
 
 struct Action {
   ActionKind kind;
   int stage;
   int microbatch;
 
-  // "forward of microbatch 3 on stage 1"
+  // "forward of microbatch 3 on stage 1"; "weight gradients up to microbatch 7 on stage 1"
   std::string describe() const;
-  // "F3" / "B3", with the stage when a rank holds several: "F3/s5".
+  // "F3" / "B3" / "W7", with the stage when a rank holds several: "F3/s5".
   std::string label(bool with_stage = false) const;
   bool operator==(const Action& other) const {
     return kind == other.kind && stage == other.stage && microbatch == other.microbatch;
@@ -54,6 +57,9 @@ struct Action {
 
 Action forward(int stage, int microbatch);
 Action backward(int stage, int microbatch);
+// The weight gradients of every backward of `stage` since its previous weight action (or the
+// step's start), the last of which is microbatch's.
+Action weight(int stage, int microbatch);
 
 struct Schedule {
   std::string name;
@@ -86,8 +92,9 @@ std::optional<Message> received_by(const Schedule& schedule, const Action& actio
 std::optional<Message> sent_by(const Schedule& schedule, const Action& action);
 
 // The action whose result the action reads: forward(s-1, m) for forward(s, m), backward(s+1, m)
-// for backward(s, m); std::nullopt for the first stage's forward and the last stage's backward
-// (which reads the loss of its own forward).
+// for backward(s, m); std::nullopt for the first stage's forward, the last stage's backward
+// (which reads the loss of its own forward) and weight actions (which read what their rank's
+// earlier backwards queued: no message).
 std::optional<Action> producer_of(const Schedule& schedule, const Action& action);
 
 // One tag per stage boundary and direction, the same on both ranks: activations from stage s
@@ -99,8 +106,11 @@ int message_tag(const Message& message);
 // Structural checks, each failure a tandem::Error naming the schedule, the rank and the action:
 // sizes (ranks, stages, microbatches >= 1; one action list per rank), stage and microbatch in
 // range, every action on rank_of_stage of its stage, every forward and every backward exactly
-// once, each backward after its forward, and the ordering rule above. Deadlocks are found by
-// the simulator (check_deadlock_free).
+// once, each backward after its forward, and the ordering rule above. Weight actions: a stage
+// has none (its backwards compute its weight gradients) or its every backward is followed by
+// one (on the same rank: the first weight action after it covers it); each weight action
+// covers at least one backward and names the microbatch of the last one it covers. Deadlocks
+// are found by the simulator (check_deadlock_free).
 void validate(const Schedule& schedule);
 
 // --- Built-in schedules (each validated and deadlock-free; tests/comm/pipeline) ---------------
@@ -122,8 +132,18 @@ Schedule one_f_one_b(int ranks, int microbatches);
 // requires, microbatches must be a multiple of ranks (an error otherwise). v == 1 is 1F1B.
 Schedule interleaved_1f1b(int ranks, int stages_per_rank, int microbatches);
 
-// "gpipe", "1f1b" (stages_per_rank must be 1) or "interleaved"; any other name is an error
-// listing these.
+// The schedule with its stages' weight gradients taken out of the backwards and computed at the
+// end of each rank's list, one weight action per stage (in stage order), each over every
+// microbatch: named "<name>-dw". The backwards that the next stage waits for get shorter (the
+// bubble shrinks, as in zero-bubble schedules), and each weight's gradient becomes one product
+// over the whole batch instead of one per microbatch (autograd/weight_gradient_queue.h): for
+// small microbatches the larger saving. The price is memory: every microbatch's layer inputs
+// and output gradients are kept until the end of the step (1F1B's saving is lost).
+// Applied to a schedule that already has weight actions: an error.
+Schedule defer_weight_gradients(const Schedule& schedule);
+
+// "gpipe", "1f1b" (stages_per_rank must be 1) or "interleaved", each also with "-dw"
+// (defer_weight_gradients); any other name is an error listing these.
 Schedule schedule_by_name(const std::string& name, int ranks, int stages_per_rank, int microbatches);
 std::vector<std::string> schedule_names();
 

@@ -23,8 +23,10 @@ struct Flags {
   int stages_per_rank = 0;  // 0: 1, or 2 for "interleaved"
   std::vector<double> forward_ms = {1};
   std::vector<double> backward_ms = {2};
+  std::vector<double> weight_ms = {0};
   std::vector<double> activation_mb = {1};
   std::vector<double> stored_mb;  // empty: the same as activation_mb
+  std::vector<double> queued_mb;  // empty: the same as stored_mb
   double latency_us = 10;
   double bandwidth_gbps = 10;
   bool recompute = false;
@@ -40,25 +42,29 @@ double pick(const std::vector<double>& values, int stage) {
 
 std::vector<StageCost> stage_costs(const Flags& f, int stages) {
   const std::vector<double>& stored = f.stored_mb.empty() ? f.activation_mb : f.stored_mb;
+  const std::vector<double>& queued = f.queued_mb.empty() ? stored : f.queued_mb;
   const std::pair<const char*, const std::vector<double>*> lists[] = {
       {"--forward-ms", &f.forward_ms},
       {"--backward-ms", &f.backward_ms},
+      {"--weight-ms", &f.weight_ms},
       {"--activation-mb", &f.activation_mb},
-      {"--stored-mb", &stored}};
+      {"--stored-mb", &stored},
+      {"--queued-mb", &queued}};
   for (const auto& [flag, values] : lists) {
     TANDEM_CHECK(values->size() == 1 || static_cast<int>(values->size()) == stages, flag,
                  " has ", values->size(), " values for ", stages,
                  " stages (give one per stage, or one for all)");
   }
-  const int n = f.forward_ms.size() == 1 && f.backward_ms.size() == 1 &&
-                        f.activation_mb.size() == 1 && stored.size() == 1
+  const int n = f.forward_ms.size() == 1 && f.backward_ms.size() == 1 && f.weight_ms.size() == 1 &&
+                        f.activation_mb.size() == 1 && stored.size() == 1 && queued.size() == 1
                     ? 1
                     : stages;
   std::vector<StageCost> costs;
   for (int s = 0; s < n; ++s) {
     costs.push_back({pick(f.forward_ms, s) * 1e-3, pick(f.backward_ms, s) * 1e-3,
                      std::llround(pick(f.activation_mb, s) * kMiB),
-                     std::llround(pick(stored, s) * kMiB)});
+                     std::llround(pick(stored, s) * kMiB), pick(f.weight_ms, s) * 1e-3,
+                     std::llround(pick(queued, s) * kMiB)});
   }
   return costs;
 }
@@ -81,7 +87,7 @@ int run(const Flags& f, std::ostream& out) {
     out << format_planning_table(plan, planning_table(plan));
     return 0;
   }
-  const int v = f.stages_per_rank > 0 ? f.stages_per_rank : (f.schedule == "interleaved" ? 2 : 1);
+  const int v = f.stages_per_rank > 0 ? f.stages_per_rank : (f.schedule.rfind("interleaved", 0) == 0 ? 2 : 1);
   const Schedule schedule = schedule_by_name(f.schedule, f.ranks, v, f.microbatches);
   SimulationOptions options;
   options.stage_costs = stage_costs(f, schedule.stages);
@@ -107,7 +113,9 @@ int simulate_main(const std::vector<std::string>& args, std::ostream& out, std::
       "bubble and peak stored activations per rank, prints a per-rank timeline and writes a "
       "Chrome trace.",
       "simulate");
-  app.add_option("--schedule", f.schedule, "gpipe, 1f1b or interleaved")->capture_default_str();
+  app.add_option("--schedule", f.schedule,
+                 "gpipe, 1f1b or interleaved; with -dw (1f1b-dw): weight gradients deferred to the step's end")
+      ->capture_default_str();
   app.add_option("--ranks", f.ranks, "pipeline ranks")->capture_default_str();
   app.add_option("--microbatches", f.microbatches, "microbatches per step")->capture_default_str();
   app.add_option("--stages-per-rank", f.stages_per_rank,
@@ -119,6 +127,11 @@ int simulate_main(const std::vector<std::string>& args, std::ostream& out, std::
   app.add_option("--backward-ms", f.backward_ms, "backward time, ms (one, or one per stage)")
       ->delimiter(',')
       ->capture_default_str();
+  app.add_option("--weight-ms", f.weight_ms,
+                 "the weight gradients' part of --backward-ms, ms (one, or one per stage): what a -dw "
+                 "schedule moves to the step's end")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--activation-mb", f.activation_mb,
                  "a stage's output per microbatch, MiB (sent forward; its gradient back)")
       ->delimiter(',')
@@ -126,6 +139,10 @@ int simulate_main(const std::vector<std::string>& args, std::ostream& out, std::
   app.add_option("--stored-mb", f.stored_mb,
                  "activations kept from forward to backward per microbatch, MiB (default: "
                  "--activation-mb)")
+      ->delimiter(',');
+  app.add_option("--queued-mb", f.queued_mb,
+                 "what a backward keeps for the weight actions of a -dw schedule per microbatch, MiB "
+                 "(default: --stored-mb)")
       ->delimiter(',');
   app.add_option("--latency-us", f.latency_us, "link latency, microseconds")->capture_default_str();
   app.add_option("--bandwidth-gbps", f.bandwidth_gbps,

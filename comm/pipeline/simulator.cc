@@ -31,10 +31,13 @@ std::vector<StageCost> costs_per_stage(const Schedule& s, const SimulationOption
   for (std::size_t i = 0; i < given.size(); ++i) {
     const StageCost& c = given[i];
     TANDEM_CHECK(std::isfinite(c.forward_s) && std::isfinite(c.backward_s) && c.forward_s >= 0 &&
-                     c.backward_s >= 0 && c.activation_bytes >= 0 && c.stored_bytes >= 0,
+                     c.backward_s >= 0 && std::isfinite(c.weight_s) && c.weight_s >= 0 &&
+                     c.weight_s <= c.backward_s && c.activation_bytes >= 0 && c.stored_bytes >= 0 && c.queued_bytes >= -1,
                  "simulate: stage cost ", i, " has forward ", c.forward_s, " s, backward ",
-                 c.backward_s, " s, activation ", c.activation_bytes, " bytes, stored ",
-                 c.stored_bytes, " bytes: times must be finite and >= 0, sizes >= 0");
+                 c.backward_s, " s (weight gradients ", c.weight_s, " s of it), activation ",
+                 c.activation_bytes, " bytes, stored ", c.stored_bytes,
+                 " bytes: times must be finite and >= 0, the weight gradients' at most the backward's, "
+                 "sizes >= 0");
   }
   const LinkModel& link = options.link;
   TANDEM_CHECK(std::isfinite(link.latency_s) && link.latency_s >= 0 &&
@@ -63,8 +66,11 @@ class Simulation {
         recompute_(options.recompute), channels_(2 * s.stages),
         end_(2, std::vector<double>(static_cast<std::size_t>(s.stages) * s.microbatches, -1)),
         link_free_(static_cast<std::size_t>(s.ranks) * s.ranks, 0), position_(s.ranks, 0),
-        live_(s.ranks, 0), in_flight_(s.ranks, 0) {
+        live_(s.ranks, 0), in_flight_(s.ranks, 0), deferred_(s.stages, false), uncovered_(s.stages, 0) {
     result_.ranks.resize(s.ranks);
+    for (const std::vector<Action>& list : s.actions)
+      for (const Action& a : list)
+        if (a.kind == ActionKind::weight) deferred_[a.stage] = true;
   }
 
   SimulationResult run() {
@@ -96,7 +102,7 @@ class Simulation {
   std::size_t key(int stage, int microbatch) const {
     return static_cast<std::size_t>(stage) * s_.microbatches + microbatch;
   }
-  double& end_of(const Action& a) {
+  double& end_of(const Action& a) {  // forwards and backwards (weight actions produce nothing)
     return end_[a.kind == ActionKind::forward ? 0 : 1][key(a.stage, a.microbatch)];
   }
   std::int64_t kept_bytes(int stage) const {
@@ -124,20 +130,26 @@ class Simulation {
       ready = done;
     }
     const StageCost& cost = costs_[a.stage];
-    const bool fwd = a.kind == ActionKind::forward;
-    const double duration =
-        fwd ? cost.forward_s : cost.backward_s + (recompute_ ? cost.forward_s : 0);
+    const bool fwd = a.kind == ActionKind::forward, weights = a.kind == ActionKind::weight;
+    const bool split = deferred_[a.stage];
+    double duration = fwd ? cost.forward_s
+                          : cost.backward_s - (split ? cost.weight_s : 0) + (recompute_ ? cost.forward_s : 0);
+    if (weights) duration = cost.weight_s * uncovered_[a.stage];
     RankResult& rank = result_.ranks[r];
     const double start = std::max(rank.end_s, ready);
     const double end = start + duration;
     rank.actions.push_back({a, start, end});
     rank.busy_s += duration;
     rank.end_s = end;
-    end_of(a) = end;
+    if (!weights) end_of(a) = end;
 
     // Memory: the microbatch's whole stored_bytes are live while the action runs.
     const std::int64_t kept = kept_bytes(a.stage);
-    if (fwd) {
+    const std::int64_t queued = cost.queued_bytes >= 0 ? cost.queued_bytes : cost.stored_bytes;
+    if (weights) {  // the microbatches it covers give back what they kept
+      live_[r] -= queued * uncovered_[a.stage];
+      uncovered_[a.stage] = 0;
+    } else if (fwd) {
       rank.peak_stored_bytes = std::max(rank.peak_stored_bytes, live_[r] + cost.stored_bytes);
       live_[r] += kept;
       rank.peak_in_flight = std::max(rank.peak_in_flight, ++in_flight_[r]);
@@ -146,6 +158,10 @@ class Simulation {
           std::max(rank.peak_stored_bytes, live_[r] - kept + cost.stored_bytes);
       live_[r] -= kept;
       --in_flight_[r];
+      if (split) {  // kept until its weight action
+        live_[r] += queued;
+        ++uncovered_[a.stage];
+      }
     }
 
     if (std::optional<Message> out = sent_by(s_, a)) {
@@ -251,6 +267,8 @@ class Simulation {
   std::vector<std::size_t> position_;     // next action per rank
   std::vector<std::int64_t> live_;        // kept bytes per rank now
   std::vector<int> in_flight_;
+  std::vector<bool> deferred_;     // per stage: the schedule has weight actions for it
+  std::vector<int> uncovered_;     // per stage: backwards run since its last weight action
   SimulationResult result_;
 };
 

@@ -11,7 +11,9 @@
 // The model:
 // - An action starts when its rank has finished its previous action and its input is there:
 //   the message's arrival, or (stages on the same rank) the end of the producing action. It
-//   lasts forward_s, or backward_s (forward_s + backward_s with recompute).
+//   lasts forward_s, or backward_s (forward_s + backward_s with recompute). Where the schedule
+//   has weight actions for the stage (defer_weight_gradients), its backward lasts
+//   backward_s - weight_s and a weight action weight_s per microbatch it covers.
 // - Sends cost the sender nothing (non-blocking). A message leaves at the end of the action
 //   that sends it and arrives after latency_s + bytes / bandwidth_bytes_per_s. Each ordered
 //   pair of ranks has one link carrying one message at a time, in the order they are sent: a
@@ -21,7 +23,9 @@
 //   (with recompute only the stage's input: activation_bytes of stage s - 1, for stage 0 its own
 //   activation_bytes, as for a transformer's hidden states). While a stage's forward or backward
 //   runs, the whole stored_bytes of that microbatch are live (being made, recomputed or used),
-//   so the peak counts them on top of what is kept. Weights, gradients of weights and message
+//   so the peak counts them on top of what is kept. A stage with weight actions keeps a
+//   microbatch's queued_bytes after its backward, until the weight action that covers it (its
+//   linear layers' inputs and output gradients). Weights, gradients of weights and message
 //   buffers are not counted.
 #pragma once
 
@@ -36,9 +40,11 @@ namespace pipeline {
 
 struct StageCost {
   double forward_s = 1;
-  double backward_s = 2;
+  double backward_s = 2;  // the whole backward: input and weight gradients
   std::int64_t activation_bytes = 0;  // of the stage's output per microbatch (its gradient too)
   std::int64_t stored_bytes = 0;      // kept from forward to backward per microbatch
+  double weight_s = 0;                 // the weight gradients' share of backward_s (weight actions)
+  std::int64_t queued_bytes = -1;      // kept from backward to weight action; -1: stored_bytes
 };
 
 struct LinkModel {
