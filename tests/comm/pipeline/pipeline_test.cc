@@ -6,6 +6,7 @@
 // pipeline still runs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "autograd/functions.h"
@@ -121,13 +122,15 @@ struct Case {
 
 std::vector<Case> cases(int p) {
   std::vector<Case> out;
-  for (int m : {1, p, 2 * p + 1}) {
-    out.push_back({"gpipe", 1, m, false});
-    out.push_back({"1f1b", 1, m, false});
+  for (const std::string suffix : {"", "-dw"}) {  // "-dw": weight gradients deferred (schedule.h)
+    for (int m : {1, p, 2 * p + 1}) {
+      out.push_back({"gpipe" + suffix, 1, m, false});
+      out.push_back({"1f1b" + suffix, 1, m, false});
+    }
+    for (int m : {p, 2 * p}) out.push_back({"interleaved" + suffix, 2, m, false});
+    out.push_back({"1f1b" + suffix, 1, p, true});
+    out.push_back({"interleaved" + suffix, 2, p, true});
   }
-  for (int m : {p, 2 * p}) out.push_back({"interleaved", 2, m, false});
-  out.push_back({"1f1b", 1, p, true});
-  out.push_back({"interleaved", 2, p, true});
   return out;
 }
 
@@ -153,13 +156,22 @@ TEST_CASE("pipeline: one step's gradients equal one process for every schedule a
     REQUIRE(std::abs(result.loss - loss) <= 1e-12);
     REQUIRE(result.examples == 4 * p + 3);
     require_same_params(*pipe, ref, true);
+    // Deferred: every stage's backwards queued its weight's gradient, and its weight action ran.
+    const bool deferred = c.schedule.size() > 3 && c.schedule.substr(c.schedule.size() - 3) == "-dw";
+    const pipeline::StepProfile& profile = pipe->last_profile();
+    REQUIRE(profile.queued_bytes.size() == (deferred ? pipe->stage_ids().size() : 0));
+    for (const auto& [stage, bytes] : profile.queued_bytes) REQUIRE(bytes > 0);
+    const auto weight_actions = std::count_if(profile.actions.begin(), profile.actions.end(), [](const auto& a) {
+      return a.action.kind == pipeline::ActionKind::weight;
+    });
+    REQUIRE(weight_actions == static_cast<long>(deferred ? pipe->stage_ids().size() : 0));
   }
 }
 
 TEST_CASE("pipeline: parameters after three optimizer steps equal one process") {
   const CommunicatorPtr comm = world();
   const int p = comm->size();
-  for (const std::string name : {"gpipe", "1f1b"}) {
+  for (const std::string name : {"gpipe", "1f1b", "1f1b-dw"}) {
     INFO(name);
     auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 2 * p + 1),
                                                      my_stages(p, p, comm->rank()));
@@ -351,7 +363,7 @@ void require_next_step_works(pipeline::Pipeline& pipe, int p) {
 TEST_CASE("pipeline: a failure on one rank is the same error on every rank, and the next step runs") {
   const CommunicatorPtr comm = world();
   const int p = comm->size();
-  for (const std::string name : {"gpipe", "1f1b"}) {
+  for (const std::string name : {"gpipe", "1f1b", "1f1b-dw"}) {
     INFO(name);
     {
       auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 3),

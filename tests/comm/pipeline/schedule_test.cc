@@ -247,3 +247,67 @@ TEST_CASE("validate names the rank and action of a structural mistake") {
     REQUIRE_NOTHROW(check_deadlock_free(s));
   }
 }
+
+TEST_CASE("deferred weight gradients: every built-in with -dw validates and is deadlock-free for P <= 16, M <= 64") {
+  for (int p = 1; p <= 16; ++p) {
+    for (int m : microbatch_grid(p)) {
+      INFO("P = " << p << ", M = " << m);
+      std::vector<Schedule> schedules = {schedule_by_name("gpipe-dw", p, 1, m), schedule_by_name("1f1b-dw", p, 1, m)};
+      if (m % p == 0) schedules.push_back(schedule_by_name("interleaved-dw", p, 2, m));
+      for (const Schedule& s : schedules) {
+        INFO(s.describe());
+        REQUIRE_NOTHROW(check_deadlock_free(s));
+        // Each rank's list: the base schedule's, then one weight action per stage it holds,
+        // naming the microbatch of that stage's last backward.
+        const std::string base = s.name.substr(0, s.name.size() - 3);
+        const Schedule plain = schedule_by_name(base, p, s.stages / p, m);
+        for (int r = 0; r < p; ++r) {
+          const std::vector<Action>& list = s.actions[r];
+          const std::size_t n = plain.actions[r].size();
+          REQUIRE(std::equal(plain.actions[r].begin(), plain.actions[r].end(), list.begin()));
+          REQUIRE(list.size() == n + static_cast<std::size_t>(s.stages / p));
+          for (std::size_t i = n; i < list.size(); ++i) {
+            REQUIRE(list[i].kind == ActionKind::weight);
+            const auto last_backward = std::find_if(plain.actions[r].rbegin(), plain.actions[r].rend(), [&](const Action& a) {
+              return a.kind == ActionKind::backward && a.stage == list[i].stage;
+            });
+            REQUIRE(last_backward->microbatch == list[i].microbatch);
+          }
+        }
+      }
+    }
+  }
+  REQUIRE_THROWS_WITH(defer_weight_gradients(defer_weight_gradients(gpipe(2, 2))),
+                      Contains("already has weight actions (weight gradients up to microbatch 1 on stage 0)"));
+  REQUIRE(weight(3, 5).label(true) == "W5/s3");
+}
+
+TEST_CASE("weight actions out of place are named: before any backward, an uncovered backward, the wrong microbatch") {
+  Schedule s = one_f_one_b(2, 2);  // rank 1: F0 B0 F1 B1
+  s.name = "hand-made";
+  {
+    Schedule bad = s;
+    bad.actions[1].insert(bad.actions[1].begin() + 1, weight(1, 0));  // F0 W0 B0 F1 B1
+    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1, action 1 (weight gradients up to microbatch 0 on stage 1) "
+                                                "has no backward of stage 1"));
+  }
+  {
+    Schedule bad = s;
+    bad.actions[1].insert(bad.actions[1].begin() + 2, weight(1, 0));  // F0 B0 W0 F1 B1
+    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1, action 4 (backward of microbatch 1 on stage 1) is followed by "
+                                                "no weight action of stage 1"));
+    bad.actions[1].push_back(weight(1, 1));
+    REQUIRE_NOTHROW(check_deadlock_free(bad));  // W after each backward: fine
+  }
+  {
+    Schedule bad = s;
+    bad.actions[1].push_back(weight(1, 0));
+    REQUIRE_THROWS_WITH(validate(bad), Contains("follows action 3 (backward of microbatch 1 on stage 1)") &&
+                                           Contains("here 1"));
+  }
+  {
+    Schedule bad = s;
+    bad.actions[0].push_back(weight(1, 1));  // stage 1 lives on rank 1
+    REQUIRE_THROWS_WITH(validate(bad), Contains("is on the wrong rank"));
+  }
+}

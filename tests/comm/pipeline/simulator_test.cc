@@ -158,3 +158,30 @@ TEST_CASE("per-stage costs: the slowest stage sets the pace") {
   options.link.bandwidth_bytes_per_s = -5;
   REQUIRE_THROWS_WITH(simulate(gpipe(2, 2), options), Contains("bandwidth"));
 }
+
+TEST_CASE("deferred weight gradients: shorter backwards, the weights at the end, queued bytes kept until then") {
+  for (int p : {1, 2, 3, 5}) {
+    for (int m : {1, p, 2 * p + 1, 16}) {
+      INFO("P = " << p << ", M = " << m);
+      const double f = 1, b = 2, w = 0.75;
+      SimulationOptions options;
+      options.stage_costs = {StageCost{f, b, 0, 100, w, 50}};
+      const SimulationResult o = simulate(schedule_by_name("1f1b-dw", p, 1, m), options);
+      const SimulationResult g = simulate(schedule_by_name("gpipe-dw", p, 1, m), options);
+      // Rank 0's last backward ends as in 1F1B with backwards of b - w; then its weights, M w.
+      const double step = (m + p - 1) * (f + b - w) + m * w;
+      REQUIRE(o.step_s == Approx(step).epsilon(1e-12));
+      REQUIRE(g.step_s == Approx(step).epsilon(1e-12));
+      REQUIRE(o.bubble_fraction == Approx(1 - m * (f + b) / step).margin(1e-12));
+      const TimedAction& last = o.ranks[0].actions.back();
+      REQUIRE(last.action.kind == ActionKind::weight);
+      REQUIRE(last.end_s - last.start_s == Approx(m * w));
+      // The last rank keeps 50 per microbatch after its backward: most alive during its last forward.
+      REQUIRE(o.ranks[p - 1].peak_stored_bytes == 50 * (m - 1) + 100);
+      REQUIRE(g.ranks[0].peak_stored_bytes == 100 * m);
+    }
+  }
+  SimulationOptions options;
+  options.stage_costs = {StageCost{1, 2, 0, 0, 3}};
+  REQUIRE_THROWS_WITH(simulate(one_f_one_b(2, 2), options), Contains("weight gradients 3 s of it"));
+}
