@@ -381,7 +381,7 @@ END {
   }
   # Pipelines (bench/pipeline_bench.cc): the 2-rank step at M = 8 against the one-process step of
   # the same run, at 1 thread (<= 0.65; equal stages allow 0.5625) and 2 threads (<= 0.9).
-  n = split("gpipe 1f1b interleaved", schedules, " ")
+  n = split("gpipe 1f1b interleaved gpipe-dw 1f1b-dw interleaved-dw", schedules, " ")
   for (i = 1; i <= n; i++) {
     id = "pp.mlp.train." schedules[i] ".m8"
     row(id, "one process, 1 thread", tandem[id], tandem["pp.mlp.train.single.t1"], 0.65, 0, "")

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   flags.add_int("tp", 1, "tensor-parallel ranks per stage");
   flags.add_int("pp", 1, "pipeline ranks");
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
-  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved");
+  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved; each with -dw (1f1b-dw): the weight gradients computed at the step's end, one product per weight over the whole batch");
   flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
   flags.add_int("experts", 0, "mixture of experts: every block's MLP becomes this many MLPs (0: dense)");
   flags.add_int("top-k", 1, "experts per character (1 or 2)");

@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   examples::add_training_flags(flags, "examples per minibatch (per pipeline with --data-parallel)",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from the newest snapshot that every rank completed");
-  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved");
+  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved; each with -dw (1f1b-dw): the weight gradients computed at the step's end, one product per weight over the whole batch");
   flags.add_int("microbatches", 4, "microbatches per minibatch");
   flags.add_int("stages-per-rank", 1, "stages (model chunks) per rank; more than 1 only with --schedule interleaved");
   flags.add_int("layers", 8, "hidden layers (Linear + ReLU) before the output layer");
