@@ -14,20 +14,17 @@
 #include "autograd/weight_gradient_queue.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "tests/core/test_util.h"
 
 using namespace tandem;
 namespace F = tandem::functions;
 
 namespace {
 
-void require_close(const Tensor& got, const Tensor& want, double tol = 1e-12) {
+void require_close(const Tensor& got, const Tensor& want) {
   REQUIRE(got.defined());
   REQUIRE(got.shape() == want.shape());
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i << ": " << g[i] << " vs " << w[i]);
-    REQUIRE(std::abs(g[i] - w[i]) <= tol * (1 + std::abs(w[i])));
-  }
+  REQUIRE_VALUES(got, test_util::values(want), 1e-12, 1e-12);
 }
 
 struct Model {
