@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <vector>
 
 #include "comm/transport/mpi_env.h"
 #include "core/error.h"
@@ -10,6 +12,20 @@
 namespace tandem {
 
 using comm_detail::check_mpi;
+
+namespace {
+
+// This process's communicators, for progress_other_communicators. MPI is called from one thread
+// (MPI_THREAD_FUNNELED), but a communicator may be released on another.
+std::mutex g_live_mutex;
+std::vector<MpiCommunicator*>& live_communicators() {
+  static std::vector<MpiCommunicator*> live;
+  return live;
+}
+// Set while progress_other_communicators runs: what it calls never waits, and never re-enters.
+bool g_progressing_others = false;
+
+}  // namespace
 
 std::shared_ptr<MpiCommunicator> MpiCommunicator::create(MPI_Comm comm) {
   comm_detail::ensure_mpi();
@@ -70,9 +86,32 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   }
   inter_size_ = static_cast<int>(hosts.size());
   inter_rank_ = static_cast<int>(std::find(hosts.begin(), hosts.end(), std::string(mine)) - hosts.begin());
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  live_communicators().push_back(this);
+}
+
+void MpiCommunicator::progress_other_communicators() {
+  if (g_progressing_others) return;
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  g_progressing_others = true;
+  struct Reset {
+    ~Reset() { g_progressing_others = false; }
+  } reset;
+  for (MpiCommunicator* other : live_communicators()) {
+    if (other == this || (other->started_.empty() && other->hierarchical_queue_.empty())) continue;
+    // A disagreement found here is the other communicator's collective's error, raised on every
+    // rank (each checks the same headers); it ends this wait as it would end that one's.
+    other->progress_started(nullptr, false);
+    other->advance_hierarchical(nullptr, false);
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    auto& live = live_communicators();
+    live.erase(std::remove(live.begin(), live.end(), this), live.end());
+  }
   // Messages still in flight (posted by isend, or set aside by a failed wait) may still read
   // their buffers: those outlive the communicator, to the end of the program.
   for (Orphan& orphan : orphans_) comm_detail::keep_until_exit(std::move(orphan.keep_alive));

@@ -301,6 +301,14 @@ class MpiCommunicator : public Communicator {
   void progress_started(const StartedCollective* until, bool blocking);
   void complete_started_headers() { progress_started(nullptr, true); }
   std::deque<std::shared_ptr<StartedCollective>> started_;
+  // Moves on, without waiting, the started collectives of this process's other communicators
+  // (their header exchanges and hierarchical stages): called by every blocking wait. A rank
+  // blocked on one communicator must still post the data phases it started on another, whose
+  // peers may be waiting for them before they can reach this wait (MPI's progress rule, which
+  // covers only what has been posted to MPI). Without it, rank 0 waiting for bucket #3 on the
+  // gradients' communicator and rank 1 (whose #3 had not seen rank 0's header yet) blocked in a
+  // parameter gather on another hang each other.
+  void progress_other_communicators();
   Header collective_header(comm_detail::OpKind kind, int root, const Tensor* typed);
   void check_root(int root, const char* operation) const;
   void check_defined(const Tensor& x, const char* operation) const;

@@ -85,6 +85,7 @@ std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, co
   for (;;) {
     std::vector<char> bytes;
     if (try_receive(source, tag, bytes)) return bytes;
+    progress_other_communicators();
     if (poller.idle()) {
       if (!receiving && !context.in_collective) {
         receiving.emplace(comm_detail::ReceiveWait{book_->id(), rank_, source, world_rank_of_[source], tag,
@@ -112,6 +113,7 @@ void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitCon
       check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
                 "MPI_Testall");
       if (done) return;
+      progress_other_communicators();
       if (poller.idle()) {
         if (poller.timed_out()) fail_timeout(context, poller.waited());
         diagnose_wait(context, poller.waited());
