@@ -58,7 +58,8 @@ struct WireHeader {
   std::uint64_t digest;
   std::int64_t aux;
   std::uint8_t ndim;
-  std::uint8_t reserved[3];
+  std::uint8_t data_flags;
+  std::uint8_t reserved[2];
   std::uint64_t payload_bytes;
 };
 #pragma pack(pop)
@@ -108,6 +109,7 @@ void encode_header(const MessageHeader& header, std::vector<char>& out) {
   wire.digest = header.digest;
   wire.aux = header.aux;
   wire.ndim = static_cast<std::uint8_t>(header.shape.size());
+  wire.data_flags = header.data_flags;
   wire.payload_bytes = header.payload_bytes;
   const std::size_t start = out.size();
   out.resize(start + encoded_header_size(header));
@@ -153,6 +155,7 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   header.digest = wire.digest;
   header.aux = wire.aux;
   header.payload_bytes = wire.payload_bytes;
+  header.data_flags = wire.data_flags;
   header.shape.resize(wire.ndim);
   if (wire.ndim > 0) std::memcpy(header.shape.data(), data + sizeof(WireHeader), wire.ndim * sizeof(std::int64_t));
 
@@ -177,6 +180,10 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   if (header.has_flag(kFlagDevicePayload) &&
       (!carries_tensor || is_collective(header.kind) || header.has_flag(kFlagInlinePayload)))
     throw bad("a device payload on a message that cannot carry one");
+  if (header.data_flags & ~kDataEager) throw bad(detail::concat("unknown data flags ", int(header.data_flags)));
+  if (header.has_data_flag(kDataEager) &&
+      !((header.kind == OpKind::alltoall || header.kind == OpKind::alltoallv) && carries_tensor))
+    throw bad("eager data on a message that cannot carry it");
   if (header.has_flag(kFlagInlinePayload)) {
     if (size - header_bytes != header.payload_bytes)
       throw bad(detail::concat("inline payload of ", size - header_bytes, " bytes, header says ", header.payload_bytes));

@@ -67,6 +67,12 @@ inline constexpr std::uint8_t kFlagOnDevice = 64;
 // receiver has matched this header, not in MPI messages.
 inline constexpr std::uint8_t kFlagDevicePayload = 128;
 
+// Header data flags (a second set: the flags above are all taken).
+// alltoall / alltoallv: the sender's piece for this receiver (payload_bytes of it, when any) was
+// sent with the header, on the communicator's eager-data tag, so the data is moving before the
+// headers are checked; a receiver that finds the headers disagree receives it and discards it.
+inline constexpr std::uint8_t kDataEager = 1;
+
 struct MessageHeader {
   OpKind kind = OpKind::tensor_send;
   std::uint8_t flags = 0;
@@ -81,6 +87,9 @@ struct MessageHeader {
   std::int64_t aux = -1;           // collective-specific (alltoall: each piece's bytes when all are equal)
   Shape shape;                     // of the tensor this message describes (or carries)
   std::uint64_t payload_bytes = 0; // of the tensor's data, inline or in the next message
+  std::uint8_t data_flags = 0;     // kDataEager
+
+  bool has_data_flag(std::uint8_t flag) const { return (data_flags & flag) != 0; }
 
   bool has_flag(std::uint8_t flag) const { return (flags & flag) != 0; }
   // "send f32[3, 4] (tag 0, message #2)" for errors.

@@ -177,10 +177,14 @@ MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root
   return header;
 }
 
-std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& header_for, std::vector<Header>& all,
-                                          std::vector<MPI_Request>& requests, KeepAlive& keep_alive) {
+void MpiCommunicator::check_usable() const {
   TANDEM_CHECK(broken_.empty(), "comm: this communicator can run no more collectives on rank ", rank_, ": ", broken_,
                "; create a new communicator (or end the job)");
+}
+
+std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& header_for, std::vector<Header>& all,
+                                          std::vector<MPI_Request>& requests, KeepAlive& keep_alive) {
+  check_usable();
   const std::int64_t sequence = collective_sequence_++;
   const bool abandoned_previous = collective_open_;
   collective_open_ = true;
@@ -254,9 +258,41 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
     take_header(peer, &context, all[peer]);
   }
   wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
-  check_headers(all, same_shape);
+  apply_verdict(all, same_shape);
   trace::FlightRecorder::instance().set_state(collective_entry_, trace::FlightState::matched);
   return all;
+}
+
+void MpiCommunicator::apply_verdict(const std::vector<Header>& all, bool same_shape) {
+  try {
+    check_headers(all, same_shape);
+  } catch (const Error&) {
+    discard_eager_data(all);
+    throw;
+  }
+}
+
+void MpiCommunicator::discard_eager_data(const std::vector<Header>& all) {
+  auto sink = std::make_shared<std::vector<std::vector<char>>>();
+  sink->reserve(static_cast<std::size_t>(size_));
+  std::vector<MPI_Request> requests;
+  for (int peer = 0; peer < size_; ++peer) {
+    const Header& h = all[peer];
+    if (peer == rank_ || !h.has_data_flag(comm_detail::kDataEager) || h.payload_bytes == 0 ||
+        h.payload_bytes > static_cast<std::uint64_t>(INT_MAX))
+      continue;
+    sink->emplace_back(h.payload_bytes);
+    requests.emplace_back();
+    check_mpi(MPI_Irecv(sink->back().data(), static_cast<int>(h.payload_bytes), MPI_BYTE, peer, kEagerDataTag, comm_,
+                        &requests.back()),
+              "MPI_Irecv (a piece sent before the headers disagreed)");
+  }
+  if (requests.empty()) return;
+  try {
+    wait_all(requests, WaitContext{"discarding the pieces sent with headers that disagree", -1, true}, KeepAlive{sink});
+  } catch (const Error&) {
+    // The peer failed or ended: the disagreement being raised is the error that matters.
+  }
 }
 
 void MpiCommunicator::check_headers(const std::vector<Header>& all, bool same_shape) const {
@@ -548,6 +584,10 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
                                                                const char* operation, const Shape* row_shape) {
   // Whether every piece of this rank has the same size: when all ranks say so (with the same
   // size), every rank can choose MPI_Alltoall, which beats the v-variant.
+  bool eager = eager_data_ && !moves_on_device(xs[0]);
+  for (const Tensor& x : xs)
+    eager = eager && x.nbytes() <= static_cast<std::size_t>(INT_MAX) && x.dim() <= comm_detail::kMaxDims;
+  if (eager) return exchange_pieces_eagerly(xs, kind, operation, row_shape);
   std::int64_t uniform = static_cast<std::int64_t>(xs[0].nbytes());
   for (const Tensor& x : xs)
     if (static_cast<std::int64_t>(x.nbytes()) != uniform) uniform = -1;
@@ -561,6 +601,14 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
         return header;
       },
       false);
+  // Some peers sent their pieces with their headers and this rank could not (see the eager
+  // path): every rank sees the same flags, so every rank raises this.
+  for (int r = 0; r < size_; ++r) {
+    if (!all[r].has_data_flag(comm_detail::kDataEager)) continue;
+    discard_eager_data(all);
+    TANDEM_FAIL(operation, ": rank ", rank_, " passes a piece of more than ", INT_MAX,
+                " bytes (or of more than ", comm_detail::kMaxDims, " axes), which MPI cannot move in one message");
+  }
   FlatExchange out;
   out.shapes.resize(size_);
   std::int64_t numel = 0;
@@ -568,24 +616,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
     out.shapes[r] = all[r].shape;  // what rank r sends here
     numel += shape_numel(out.shapes[r]);
   }
-  if (row_shape) {
-    // Every rank sees every rank's rows (in the piece it sent here), so every rank reaches the
-    // same verdict, before any data moves.
-    for (int r = 0; r < size_; ++r) {
-      const Shape& shape = all[r].shape;
-      const bool same = !shape.empty() && Shape(shape.begin() + 1, shape.end()) == *row_shape;
-      if (same) continue;
-      std::ostringstream text;
-      text << operation << ": the ranks' rows differ (every rank must send rows of one shape):";
-      for (int q = 0; q < size_; ++q) {
-        const Shape& piece = all[q].shape;
-        text << (q ? ";" : "") << " rank " << q << " sends rows of "
-             << shape_str(piece.empty() ? piece : Shape(piece.begin() + 1, piece.end())) << " "
-             << dtype_name(all[q].dtype);
-      }
-      TANDEM_FAIL(text.str());
-    }
-  }
+  if (row_shape) check_rows(all, *row_shape, operation);
   const Device device = xs[0].device();
   if (on_device(all)) {
     run_device_phase(operation, [&] {
@@ -624,6 +655,101 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
   }
   finish_collective(requests, operation, {send.owner, flat.storage()});
   out.flat = flat.to(device);
+  return out;
+}
+
+void MpiCommunicator::check_rows(const std::vector<Header>& all, const Shape& row_shape, const char* operation) const {
+  // Every rank sees every rank's rows (in the piece it sent here), so every rank reaches the
+  // same verdict.
+  for (int r = 0; r < size_; ++r) {
+    const Shape& shape = all[r].shape;
+    const bool same = !shape.empty() && Shape(shape.begin() + 1, shape.end()) == row_shape;
+    if (same) continue;
+    std::ostringstream text;
+    text << operation << ": the ranks' rows differ (every rank must send rows of one shape):";
+    for (int q = 0; q < size_; ++q) {
+      const Shape& piece = all[q].shape;
+      text << (q ? ";" : "") << " rank " << q << " sends rows of "
+           << shape_str(piece.empty() ? piece : Shape(piece.begin() + 1, piece.end())) << " "
+           << dtype_name(all[q].dtype);
+    }
+    TANDEM_FAIL(text.str());
+  }
+}
+
+MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std::vector<Tensor>& xs, OpKind kind,
+                                                                       const char* operation,
+                                                                       const Shape* row_shape) {
+  check_usable();
+  // Each peer's piece goes now, before the headers; the header says it did (kDataEager) and how
+  // long it is, so the receiver posts its receive as soon as it has the header.
+  const std::vector<Tensor> hosts = on_host(xs);
+  std::vector<MPI_Request> requests;
+  KeepAlive keep_alive;
+  for (int peer = 0; peer < size_; ++peer) {
+    const Tensor& piece = hosts[static_cast<std::size_t>(peer)];
+    if (peer == rank_ || piece.nbytes() == 0) continue;
+    requests.emplace_back();
+    check_mpi(MPI_Isend(piece.raw_data(), static_cast<int>(piece.nbytes()), MPI_BYTE, peer, kEagerDataTag, comm_,
+                        &requests.back()),
+              "MPI_Isend");
+    keep_alive.push_back(piece.storage());
+  }
+  std::vector<Header> all;
+  try {
+    all = exchange_headers(
+        [&](int peer) {
+          Header header = collective_header(kind, -1, &xs[peer]);
+          header.data_flags = comm_detail::kDataEager;
+          return header;
+        },
+        false);
+    for (int r = 0; r < size_; ++r) {
+      if (all[r].has_data_flag(comm_detail::kDataEager)) continue;
+      discard_eager_data(all);
+      TANDEM_FAIL(operation, ": rank ", r, " passes a piece of more than ", INT_MAX, " bytes (or of more than ",
+                  comm_detail::kMaxDims, " axes), which MPI cannot move in one message");
+    }
+    if (row_shape) {
+      try {
+        check_rows(all, *row_shape, operation);
+      } catch (const Error&) {
+        discard_eager_data(all);
+        throw;
+      }
+    }
+  } catch (...) {
+    // On a disagreement the peers discard these pieces (the same verdict everywhere); otherwise
+    // the job is ending. Either way the sends complete later, their buffers kept until then.
+    orphans_.push_back(Orphan{requests, keep_alive});
+    throw;
+  }
+  FlatExchange out;
+  out.shapes.resize(size_);
+  std::int64_t numel = 0;
+  for (int r = 0; r < size_; ++r) {
+    out.shapes[r] = all[r].shape;  // what rank r sends here
+    numel += shape_numel(out.shapes[r]);
+  }
+  Tensor flat({numel}, xs[0].dtype());
+  char* into = static_cast<char*>(flat.raw_data());
+  char* own = nullptr;  // where this rank's piece for itself goes: copied once the receives are posted
+  for (int r = 0; r < size_; ++r) {
+    const std::uint64_t bytes = all[r].payload_bytes;
+    if (r == rank_) {
+      own = into;
+    } else if (bytes > 0) {
+      requests.emplace_back();
+      check_mpi(MPI_Irecv(into, checked_int(bytes, operation), MPI_BYTE, r, kEagerDataTag, comm_, &requests.back()),
+                "MPI_Irecv");
+    }
+    into += bytes;
+  }
+  const Tensor& mine = hosts[static_cast<std::size_t>(rank_)];
+  if (mine.nbytes() > 0) std::memcpy(own, mine.raw_data(), mine.nbytes());
+  keep_alive.push_back(flat.storage());
+  finish_collective(requests, operation, std::move(keep_alive));
+  out.flat = flat.to(xs[0].device());
   return out;
 }
 
@@ -937,7 +1063,7 @@ void MpiCommunicator::progress_started(const StartedCollective* until, bool bloc
     }
     const std::shared_ptr<StartedCollective> keep = started_.front();
     started_.pop_front();
-    check_headers(c.all, c.same_shape);  // the same verdict on every rank
+    apply_verdict(c.all, c.same_shape);  // the same verdict on every rank
     trace::FlightRecorder::instance().set_state(c.flight_entry, trace::FlightState::matched);
     c.post_data(c.requests);
     c.post_data = nullptr;  // it holds the buffers, which keep_alive now keeps (until completion)

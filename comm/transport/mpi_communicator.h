@@ -90,6 +90,9 @@ class MpiCommunicator : public Communicator {
   static constexpr std::size_t kDevicePayloadBytes = std::size_t(64) << 10;
   // The tag of collective headers (above every user tag).
   static constexpr int kCollectiveTag = kMaxUserTag + 1;
+  // The tag of alltoall(v) pieces sent with their headers (kDataEager in message.h); used where
+  // MPI's tag bound allows it (MPICH: 2^28 - 1), else those exchanges wait for the headers.
+  static constexpr int kEagerDataTag = kCollectiveTag + 1;
 
  protected:
   // Takes ownership of `owned` (freed by the destructor). Collective over it.
@@ -264,6 +267,22 @@ class MpiCommunicator : public Communicator {
                             std::vector<MPI_Request>& requests, KeepAlive& keep_alive);
   bool take_header(int peer, const WaitContext* blocking, Header& out);
   void check_headers(const std::vector<Header>& all, bool same_shape) const;
+  // check_headers, and when the headers disagree, the peers' eager pieces for this rank
+  // received and discarded first (each rank reaches the same verdict and discards what was sent
+  // to it, so no message stays queued for a later exchange).
+  void apply_verdict(const std::vector<Header>& all, bool same_shape);
+  void discard_eager_data(const std::vector<Header>& all);
+  // Throws when an earlier failure left this communicator unusable (broken_).
+  void check_usable() const;
+  // Whether kEagerDataTag is within MPI's tag bound here.
+  bool eager_data_ = false;
+  // alltoall(v) with the pieces sent at once beside the headers (kDataEager): each peer's piece
+  // is received as soon as its header says how long it is, while this rank's own moves, so the
+  // data phase does not wait for the slowest rank to finish its header exchange.
+  FlatExchange exchange_pieces_eagerly(const std::vector<Tensor>& xs, comm_detail::OpKind kind,
+                                       const char* operation, const Shape* row_shape);
+  // The alltoallv verdict on the rows (every rank sees every rank's row shape).
+  void check_rows(const std::vector<Header>& all, const Shape& row_shape, const char* operation) const;
 
   // --- collectives started now and completed later (start_*, mpi_collectives.cc) -------------
   // Their headers go out at once; the peers' are taken as they arrive (in the order the
