@@ -2,10 +2,12 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "core/error.h"
 
@@ -37,9 +39,39 @@ namespace {
 // does not keep them. Through malloc they would not: once a large block has been freed, glibc
 // raises its mmap threshold (up to 32 MB) and serves the next ones from its heap, which it rarely
 // gives back, so memory a program frees (a ZeRO-3 rank's gathered parameters) stayed resident.
+//
+// Blocks of 2 MB and more are placed on 2 MB boundaries and asked to be backed by huge pages
+// (transparent huge pages, where the kernel's policy is "madvise" or "always"): a fresh 16 MB
+// block then costs 8 page faults instead of 4,096. ZeRO-2 and -3 free and re-map their buckets
+// every step, and there the faults were most of the step (bench/data_parallel_bench, zero 3:
+// 532 -> 335 ms); products and convolutions on large blocks gain a few percent from fewer TLB
+// misses. TANDEM_CPU_HUGE_PAGES=0 leaves every block on small pages.
+constexpr std::size_t kHugePage = std::size_t(2) << 20;
+
+bool huge_pages_from_environment() {
+  const char* text = std::getenv("TANDEM_CPU_HUGE_PAGES");
+  return !(text && std::string(text) == "0");
+}
+
 void* map_block(std::size_t nbytes) {
-  void* ptr = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return ptr == MAP_FAILED ? nullptr : ptr;
+  static const bool huge = huge_pages_from_environment();
+  if (!huge || nbytes < kHugePage) {
+    void* ptr = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return ptr == MAP_FAILED ? nullptr : ptr;
+  }
+  // Map a huge page more than needed and give back what lies outside the aligned block, so that
+  // the block is exactly [aligned, aligned + nbytes) and munmap(ptr, nbytes) frees it.
+  const std::size_t span = nbytes + kHugePage;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) munmap(raw, aligned - start);
+  const std::uintptr_t end = aligned + nbytes;
+  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+  void* ptr = reinterpret_cast<void*>(aligned);
+  madvise(ptr, nbytes, MADV_HUGEPAGE);  // advice only: where the kernel refuses, small pages serve
+  return ptr;
 }
 void unmap_block(void* ptr, std::size_t nbytes) { munmap(ptr, nbytes); }
 

@@ -1,7 +1,13 @@
-// The CPU block cache: large blocks come back for the same size; small ones are not kept.
+// The CPU block cache: large blocks come back for the same size; small ones are not kept; blocks
+// of 2 MB and more are aligned for huge pages and unmapped whole.
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "core/cpu/block_cache.h"
 #include "core/tensor.h"
@@ -49,4 +55,22 @@ TEST_CASE("tensors allocate through the cache and read back what they hold") {
   tandem::Tensor u = tandem::full({1 << 19}, 3.0);
   REQUIRE(u.raw_data() == first);
   REQUIRE(u.to_vector<float>()[12345] == 3.0f);
+}
+
+TEST_CASE("blocks of 2 MB and more lie on 2 MB boundaries (for huge pages) and go back whole") {
+  REQUIRE(kCacheOn);
+  BlockCache& cache = BlockCache::instance();
+  cache.clear();
+  const std::size_t n = (std::size_t(5) << 20) + (std::size_t(64) << 10);  // not a multiple of 2 MB
+  char* block = static_cast<char*>(cache.allocate(n));
+  REQUIRE(reinterpret_cast<std::uintptr_t>(block) % (std::size_t(2) << 20) == 0);
+  block[0] = 1;
+  block[n - 1] = 2;  // the whole length is mapped
+  std::vector<unsigned char> resident((n + 4095) / 4096);
+  REQUIRE(mincore(block, n, resident.data()) == 0);
+  cache.deallocate(block, n);
+  REQUIRE(cache.cached_bytes() == n);
+  cache.clear();  // unmapped: the kernel no longer knows the range
+  REQUIRE(mincore(block, n, resident.data()) == -1);
+  REQUIRE(errno == ENOMEM);
 }
