@@ -89,6 +89,10 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     }
     ensure_plan();
     if (plan_) ready_.assign(plan_->buckets().size(), 0);
+    if (plan_ && reorders() && ready_seen_.size() != plan_->params().size()) {
+      ready_seen_.assign(plan_->params().size(), false);
+      ready_order_.clear();
+    }
   }
 
   void leaf_final(const VariableNode& leaf) override {
@@ -96,6 +100,10 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     auto it = node_index_.find(&leaf);
     if (it == node_index_.end()) return;
     touched_ = true;
+    if (reorders() && !ready_seen_[it->second]) {
+      ready_seen_[it->second] = true;
+      ready_order_.push_back(it->second);
+    }
     const std::size_t b = plan_->bucket_of(it->second);
     if (++ready_[b] == plan_->buckets()[b].params.size()) {
       while (next_launch_ < plan_->buckets().size() && ready_[next_launch_] == plan_->buckets()[next_launch_].params.size())
@@ -209,7 +217,20 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     for (std::vector<Flight>& round : rounds)
       for (Flight& f : round)
         if (!f.result.defined()) f.result = f.pending->wait();
-    return apply(rounds);
+    const bool updated = apply(rounds);
+    fix_bucket_order();
+    return updated;
+  }
+
+  std::vector<std::vector<std::string>> bucket_names() {
+    ensure_plan();
+    std::vector<std::vector<std::string>> out;
+    if (!plan_) return out;
+    for (const GradientBucket& bucket : plan_->buckets()) {
+      out.emplace_back();
+      for (std::size_t i : bucket.params) out.back().push_back(plan_->params()[i].first);
+    }
+    return out;
   }
 
   std::vector<std::pair<std::string, Variable>> update_params(Link& target) override {
@@ -278,6 +299,9 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
                                                          comm_->size(), options_.zero == 3);
     node_index_.clear();
     shards_.clear();
+    order_fixed_ = false;
+    ready_seen_.clear();
+    ready_order_.clear();
     // Sharded gradients or parameters exist to save memory; the CPU block cache (which keeps
     // freed blocks resident) is capped at about the working set of a step: two links gathered
     // and a third arriving (zero = 3), two buckets travelling (kInFlight) and one being packed.
@@ -292,6 +316,31 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     if (plan_)
       for (std::size_t i = 0; i < plan_->params().size(); ++i) node_index_[plan_->params()[i].second.node().get()] = i;
     verified_ = false;
+  }
+
+  // Whether the bucket order is still to be fixed from the order gradients become ready (see
+  // data_parallel_optimizer.h): unsharded, overlapped, once per plan.
+  bool reorders() const { return options_.zero == 0 && overlap_ && !order_fixed_; }
+
+  // At the first update that averaged gradients: the plan again, its parameters in the order
+  // rank 0's syncing backward passes finished them (those never finished last, in the old
+  // order). Rank 0's order, broadcast, is every rank's: the ranks may have run different
+  // branches, and the buckets' digests must agree.
+  void fix_bucket_order() {
+    if (!plan_ || !reorders() || ready_seen_.size() != plan_->params().size()) return;
+    order_fixed_ = true;
+    std::vector<double> order;
+    for (std::size_t i : ready_order_) order.push_back(double(i));
+    for (std::size_t i = 0; i < ready_seen_.size(); ++i)
+      if (!ready_seen_[i]) order.push_back(double(i));
+    ready_order_.clear();
+    ready_seen_.clear();
+    const std::vector<double> agreed = comm_->bcast(from_vector(order), 0).to_vector<double>();
+    NamedParams ordered;
+    for (double i : agreed) ordered.push_back(plan_->params()[static_cast<std::size_t>(i)]);
+    plan_ = std::make_unique<GradientPlan>(std::move(ordered), options_.bucket_mb, /*sharded=*/false, comm_->size());
+    node_index_.clear();
+    for (std::size_t i = 0; i < plan_->params().size(); ++i) node_index_[plan_->params()[i].second.node().get()] = i;
   }
 
   Tensor param_flat(std::size_t i) const { return plan_->params()[i].second.data().reshape({-1}); }
@@ -609,6 +658,11 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   bool touched_ = false;         // ... and has finished one of this plan's gradients
   std::vector<std::size_t> ready_;  // per bucket: its gradients finished in this backward
   std::size_t next_launch_ = 0;  // buckets start in order: the next one to start
+  // The order the plan's gradients became ready in this step's syncing backward passes, until
+  // fix_bucket_order has used it (reorders()).
+  bool order_fixed_ = false;
+  std::vector<std::size_t> ready_order_;
+  std::vector<bool> ready_seen_;
   std::vector<Flight> flights_;  // this step's
   std::vector<std::vector<Flight>> earlier_;  // sharded: this step's earlier rounds (see backward_started)
   std::vector<Flight> previous_;  // double buffering: the last step's, still travelling
@@ -628,6 +682,11 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
 std::shared_ptr<void> gather_parameters(Optimizer& optimizer) {
   if (!optimizer.gradient_sync() || !optimizer.has_target()) return nullptr;
   return optimizer.gradient_sync()->gather_parameters(*optimizer.target());
+}
+
+std::vector<std::vector<std::string>> data_parallel_buckets(Optimizer& optimizer) {
+  auto* sync = dynamic_cast<DataParallelSync*>(optimizer.gradient_sync().get());
+  return sync ? sync->bucket_names() : std::vector<std::vector<std::string>>{};
 }
 
 void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, CommunicatorPtr comm,

@@ -13,6 +13,12 @@
 //   every rank that names it), and NaN/Inf gradients under check_finite.
 // - Buckets start in one order on every rank: bucket b only after buckets 0..b-1, the rest at
 //   the end of backward, or at update when a rank ran no backward.
+// - The buckets first take the parameters in reverse registration order. Unsharded with overlap
+//   (zero = 0, no double buffering), the first update then fixes them in the order rank 0's
+//   first syncing backward finished the gradients (PyTorch DDP's rebuilt buckets): every rank
+//   takes rank 0's order (one broadcast), so a model that registers its links in another order
+//   than it runs them still starts its first bucket early. Sharded stages keep the first order:
+//   their optimizer state is laid out by it from the first update (and zero = 3 from setup).
 // - A second backward before the update (without NoGradientSync) makes the sums already started
 //   incomplete. Sharded (zero >= 1), its gradients travel in a second round that the update adds
 //   to the first; unsharded, the first round is dropped (its collectives still complete) and the
@@ -21,6 +27,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "autograd/backward_observer.h"  // NoGradientSync
 #include "comm/data_parallel/data_parallel_options.h"
@@ -38,5 +46,10 @@ void install_data_parallel_sync(const std::shared_ptr<Optimizer>& optimizer, Com
 // from the values then. Collective over the data-parallel ranks. Null (nothing to do) for an
 // optimizer whose parameters are not sharded.
 std::shared_ptr<void> gather_parameters(Optimizer& optimizer);
+
+// The buckets of the optimizer's data-parallel sync in the order they start, each the names of
+// its parameters (empty before the plan exists, or without a data-parallel sync): to see what
+// travels together, and when.
+std::vector<std::vector<std::string>> data_parallel_buckets(Optimizer& optimizer);
 
 }  // namespace tandem

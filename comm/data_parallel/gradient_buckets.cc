@@ -18,6 +18,7 @@ GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, i
     : params_(std::move(params)), bucket_of_(params_.size()), ranks_(ranks) {
   const double limit = bucket_mb > 0 ? bucket_mb * 1024 * 1024 : 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
+    index_of_[params_[i].first] = i;
     const Variable& p = params_[i].second;
     bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype();
     if (fits && by_link) {
@@ -52,14 +53,14 @@ GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, i
 }
 
 bool GradientPlan::matches(const NamedParams& now) const {
+  // The plan keeps its own order (reverse registration, or the order gradients became ready:
+  // data_parallel_optimizer.cc); names are unique within a link's namedparams().
   if (now.size() != params_.size()) return false;
-  for (std::size_t i = 0; i < now.size(); ++i) {
-    // The plan keeps the reverse of registration order (data_parallel_optimizer.cc).
-    const auto& mine = params_[params_.size() - 1 - i];
-    const auto& theirs = now[i];
-    if (mine.first != theirs.first || !mine.second.same_as(theirs.second) ||
-        mine.second.shape() != theirs.second.shape() || mine.second.dtype() != theirs.second.dtype())
-      return false;
+  for (const auto& [name, theirs] : now) {
+    const auto it = index_of_.find(name);
+    if (it == index_of_.end()) return false;
+    const Variable& mine = params_[it->second].second;
+    if (!mine.same_as(theirs) || mine.shape() != theirs.shape() || mine.dtype() != theirs.dtype()) return false;
   }
   return true;
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/data_parallel/data_parallel.h"
@@ -49,7 +50,8 @@ class GradientPlan {
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   // Which bucket a parameter is in.
   std::size_t bucket_of(std::size_t param) const { return bucket_of_[param]; }
-  // Whether `now` (a link's namedparams()) has the same names, shapes and dtypes as this plan.
+  // Whether `now` (a link's namedparams()) has the same names, shapes and dtypes as this plan,
+  // in any order.
   bool matches(const NamedParams& now) const;
   // The pieces of the bucket's parameters that fall in stripe s.
   std::vector<StripePiece> stripe_pieces(const GradientBucket& bucket, std::int64_t s) const;
@@ -59,6 +61,7 @@ class GradientPlan {
   NamedParams params_;
   std::vector<GradientBucket> buckets_;
   std::vector<std::size_t> bucket_of_;
+  std::unordered_map<std::string, std::size_t> index_of_;  // by name
   int ranks_;
 };
 

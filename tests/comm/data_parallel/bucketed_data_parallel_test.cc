@@ -3,10 +3,14 @@
 // every mode: buckets after backward, overlapped with backward at bucket sizes that group the
 // parameters differently, accumulation over 3 microbatches, ZeRO 1, 2 and 3, and their mixes; a
 // model whose ranks use different branches and run a link different numbers of times; double
-// buffering's one-step-stale rule; and the error of a rank that skips a backward.
+// buffering's one-step-stale rule; the error of a rank that skips a backward; and the buckets'
+// order fixed at the first update from the order backward finished the gradients.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "autograd/functions.h"
+#include "comm/data_parallel/data_parallel_optimizer.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
@@ -327,4 +331,74 @@ TEST_CASE("data-parallel: one process's snapshot (whole optimizer state) resumes
   auto wrong = saved_state;
   wrong.emplace_back("l9/W/m", zeros({3}, DType::f64));
   REQUIRE_THROWS_WITH(adam->load_state_dict(wrong), Contains("state for 'l9/W', which the model does not have"));
+}
+
+namespace {
+// Registers its links in another order than it runs them: in, mid, out run in that order.
+class Shuffled : public Chain {
+ public:
+  Shuffled() {
+    manual_seed(11);
+    LinearOptions f64;
+    f64.dtype = DType::f64;
+    out = add_link("out", std::make_shared<Linear>(16, 3, f64));
+    in = add_link("in", std::make_shared<Linear>(4, 16, f64));
+    mid = add_link("mid", std::make_shared<Linear>(16, 16, f64));
+  }
+  Variable loss(const Tensor& x, const Tensor& t) {
+    return F::mean_squared_error((*out)(F::tanh((*mid)(F::tanh((*in)(Variable(x)))))), Variable(t));
+  }
+  std::shared_ptr<Linear> out, in, mid;
+};
+
+// The links of the buckets' parameters, in the order the buckets start (each link once).
+std::vector<std::string> bucket_links(Optimizer& optimizer) {
+  std::vector<std::string> links;
+  for (const auto& bucket : data_parallel_buckets(optimizer))
+    for (const std::string& name : bucket) {
+      const std::string link = name.substr(0, name.rfind('/'));
+      if (std::find(links.begin(), links.end(), link) == links.end()) links.push_back(link);
+    }
+  return links;
+}
+}  // namespace
+
+TEST_CASE("data-parallel: the first update fixes the buckets in the order backward finished the gradients") {
+  auto comm = world();
+  for (int zero : {0, 1}) {
+    INFO("zero " << zero);
+    auto model = std::make_shared<Shuffled>();
+    auto adam = create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, make(true, 0.0005, zero));
+    adam->setup(model);
+    // Before any step: the reverse of registration order.
+    REQUIRE(bucket_links(*adam) == std::vector<std::string>{"mid", "in", "out"});
+    for (int step = 0; step < 2; ++step) {
+      model->cleargrads();
+      model->loss(batch_x(step, comm->rank()), batch_t(step, comm->rank())).backward();
+      adam->update();
+    }
+    // Unsharded: the order the backward finished them (out first), the same on every rank.
+    // Sharded: the optimizer state is laid out by the first order, which stays.
+    const std::vector<std::string> want =
+        zero == 0 ? std::vector<std::string>{"out", "mid", "in"} : std::vector<std::string>{"mid", "in", "out"};
+    REQUIRE(bucket_links(*adam) == want);
+    // And the steps computed what one process computes on the ranks' batches together.
+    auto ref = std::make_shared<Shuffled>();
+    auto ref_adam = std::make_shared<Adam>(0.01);
+    ref_adam->setup(ref);
+    for (int step = 0; step < 2; ++step) {
+      ref->cleargrads();
+      Variable total;
+      for (int r = 0; r < comm->size(); ++r) {
+        Variable l = F::mul(ref->loss(batch_x(step, r), batch_t(step, r)), 1.0 / comm->size());
+        total = total.defined() ? F::add(total, l) : l;
+      }
+      total.backward();
+      ref_adam->update();
+    }
+    std::vector<std::vector<double>> got, expected;
+    for (const auto& [name, p] : model->namedparams()) got.push_back(values(p.data()));
+    for (const auto& [name, p] : ref->namedparams()) expected.push_back(values(p.data()));
+    require_close(got, expected);
+  }
 }
