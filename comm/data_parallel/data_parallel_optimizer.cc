@@ -19,6 +19,7 @@ namespace {
 // Updates are numbered modulo this in the census (exact in f32).
 constexpr std::int64_t kStepModulus = std::int64_t(1) << 20;
 constexpr const char* kOperation = "data-parallel gradients";
+constexpr const char* kGatherOperation = "zero = 3 parameter gather";
 // zero >= 2: buckets whose collectives may travel at once (see launch).
 constexpr std::size_t kInFlight = 2;
 
@@ -54,6 +55,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     // Collectives still in flight complete here: their headers would otherwise stay queued in
     // MPI, for whichever communicator reuses this one's context next.
     try {
+      if (prefetch_) prefetch_->wait();
       for (std::vector<Flight>* flights : {&flights_, &previous_})
         for (Flight& f : *flights)
           if (f.pending && !f.result.defined()) f.pending->wait();
@@ -113,6 +115,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
 
   void function_done() override {
     // MPI moves a non-blocking collective on only inside MPI calls.
+    if (prefetch_) prefetch_->test();
     for (std::vector<Flight>* flights : {&flights_, &previous_})
       for (Flight& f : *flights)
         if (f.pending && !f.result.defined()) {
@@ -518,10 +521,16 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   // Gives bucket b's parameters their memory back, filled from every rank's stripe (collective).
   void fill_bucket(std::size_t b) {
     const GradientBucket& bucket = plan_->buckets()[b];
-    const std::vector<Tensor> all = gather_comm_->allgather(local_[b]);
+    Tensor all;  // every rank's stripe, back to back
+    if (prefetch_ && prefetch_bucket_ == b) {
+      all = prefetch_->wait();
+      prefetch_.reset();
+    } else {
+      all = gather_comm_->start_allgather(local_[b], bucket.digest, kGatherOperation)->wait();
+    }
     for (std::size_t i : bucket.params) plan_->params()[i].second.data().storage()->restore();
     for (int s = 0; s < comm_->size(); ++s) {
-      const Tensor theirs = all[s].to(local_[b].device());
+      const Tensor theirs = all.slice_rows(s * bucket.stripe_data, (s + 1) * bucket.stripe_data).to(local_[b].device());
       for (const StripePiece& p : plan_->stripe_pieces(bucket, s))
         param_flat(p.param).slice_rows(p.begin, p.end).copy_(theirs.slice_rows(p.at, p.at + p.end - p.begin));
     }
@@ -570,6 +579,24 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       release_bucket(materialized_.front());
       materialized_.pop_front();
     }
+    // prefetch: the pass's next link starts travelling now, while this one computes, unless it
+    // is still gathered (then its turn costs nothing). Every rank decides alike: the pass, the
+    // cursor and the gathered links are the same on every rank.
+    if (options_.prefetch && !prefetch_ && cursor_ < plan_->buckets().size()) {
+      const std::size_t next = pass_bucket(cursor_);
+      if (!is_materialized(next)) {
+        prefetch_ = gather_comm_->start_allgather(local_[next], plan_->buckets()[next].digest, kGatherOperation);
+        prefetch_bucket_ = next;
+      }
+    }
+  }
+
+  // A prefetch that will not be used (the pass was reset: an update, a snapshot) completes and
+  // is dropped, on every rank alike; its values would be stale.
+  void drop_prefetch() {
+    if (!prefetch_) return;
+    prefetch_->wait();
+    prefetch_.reset();
   }
 
   void finish_pass() {
@@ -588,6 +615,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   }
 
   void reset_passes() {
+    drop_prefetch();
     materialized_.clear();
     cursor_ = 0;
     backward_pass_ = false;
@@ -674,6 +702,9 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   std::vector<bool> gathered_in_pass_;
   std::size_t cursor_ = 0;
   bool backward_pass_ = false;
+  // The next link's gather, started at the previous one's (gather_next), and its bucket.
+  std::unique_ptr<PendingCollective> prefetch_;
+  std::size_t prefetch_bucket_ = 0;
   std::shared_ptr<void> registration_;  // last: unregisters first
 };
 

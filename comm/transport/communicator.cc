@@ -1,6 +1,7 @@
 #include "comm/transport/communicator.h"
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace tandem {
 
@@ -73,6 +74,17 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter_sum(const 
                                                                           const char* operation, CallSite site) {
   return std::make_unique<CompletedCollective>(
       reduce_scatter(comm_detail::reduce_scatter_stripes(x, size_, operation), site));
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_allgather(const Tensor& x, std::uint64_t, const char* operation,
+                                                                 CallSite site) {
+  std::vector<Tensor> flat;
+  for (const Tensor& piece : allgather(x, site)) {
+    TANDEM_CHECK(piece.shape() == x.shape(), operation, ": the ranks' pieces differ (", x.description(), " here, ",
+                 piece.description(), " from another rank); start_allgather needs one shape on every rank");
+    flat.push_back(piece.reshape({-1}));
+  }
+  return std::make_unique<CompletedCollective>(concat(flat, 0));
 }
 
 }  // namespace tandem

@@ -184,6 +184,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // stripe r (reduce_scatter of equal pieces, MPI_Reduce_scatter_block).
   virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
                                                                       const char* operation, CallSite site = CallSite::current());
+  // Every rank's x (one shape on every rank, checked), back to back in rank order as one 1-D
+  // tensor of size() * x.numel() elements: allgather of equal pieces, started now (ZeRO-3 fetches
+  // the next link's parameters so while the current one computes).
+  virtual std::unique_ptr<PendingCollective> start_allgather(const Tensor& x, std::uint64_t digest,
+                                                             const char* operation, CallSite site = CallSite::current());
 
   // --- objects: small control data as bytes -------------------------------------------------
   virtual void send_obj(const std::string& bytes, int dest, int tag = 0, CallSite site = CallSite::current()) = 0;

@@ -1117,4 +1117,25 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter_sum(con
   return start_collective(mine, true, operation, post, KeepAlive{send.storage(), y.storage()}, y, x.device());
 }
 
+std::unique_ptr<PendingCollective> MpiCommunicator::start_allgather(const Tensor& x, std::uint64_t digest,
+                                                                    const char* operation, CallSite site) {
+  FlightCall flight(*this, site);
+  check_defined(x, operation);
+  if (moves_on_device(x)) return Communicator::start_allgather(x, digest, operation, site);
+  Header mine = collective_header(OpKind::allgather, -1, &x);
+  mine.digest = digest;
+  const Tensor send = comm_detail::host_for_mpi(x);
+  Tensor y({size_ * x.numel()}, x.dtype());
+  const int count = checked_int(x.nbytes(), operation);
+  checked_int(y.nbytes(), operation);
+  MPI_Comm comm = comm_;
+  // same_shape: the headers' verdict makes every rank's piece the size the buffers assume.
+  auto post = [send, y, count, comm](std::vector<MPI_Request>& requests) mutable {
+    requests.emplace_back();
+    check_mpi(MPI_Iallgather(send.raw_data(), count, MPI_BYTE, y.raw_data(), count, MPI_BYTE, comm, &requests.back()),
+              "MPI_Iallgather");
+  };
+  return start_collective(mine, true, operation, post, KeepAlive{send.storage(), y.storage()}, y, x.device());
+}
+
 }  // namespace tandem

@@ -74,6 +74,8 @@ class MpiCommunicator : public Communicator {
                                                          const char* operation, bool in_place, CallSite site = CallSite::current()) override;
   std::unique_ptr<PendingCollective> start_reduce_scatter_sum(const Tensor& x, std::uint64_t digest,
                                                               const char* operation, CallSite site = CallSite::current()) override;
+  std::unique_ptr<PendingCollective> start_allgather(const Tensor& x, std::uint64_t digest, const char* operation,
+                                                     CallSite site = CallSite::current()) override;
 
   void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options, CallSite site = CallSite::current()) override;
   void wait_sends(CallSite site = CallSite::current()) override;

@@ -135,11 +135,12 @@ void require_close(const std::vector<std::vector<double>>& got, const std::vecto
   }
 }
 
-DataParallelOptions make(bool overlap, double bucket_mb, int zero) {
+DataParallelOptions make(bool overlap, double bucket_mb, int zero, bool prefetch = false) {
   DataParallelOptions o;
   o.overlap = overlap;
   o.bucket_mb = bucket_mb;
   o.zero = zero;
+  o.prefetch = prefetch;
   return o;
 }
 
@@ -160,6 +161,13 @@ TEST_CASE("data-parallel modes equal one process after 3 Adam steps (f64)") {
     INFO("zero " << zero << ", accumulation over 3 microbatches");
     require_close(data_parallel(make(true, 0.0005, zero), 3, false, 3), want);
   }
+  // zero = 3 with the next link's gather started early.
+  for (bool overlap : {false, true}) {
+    INFO("zero 3 prefetch, overlap " << overlap);
+    require_close(data_parallel(make(overlap, 0.0, 3, true), 3, false), want);
+  }
+  INFO("zero 3 prefetch, accumulation over 3 microbatches");
+  require_close(data_parallel(make(true, 0.0, 3, true), 3, false, 3), want);
 }
 
 TEST_CASE("data-parallel: ranks that use different branches and run a link different numbers of times") {
@@ -171,6 +179,8 @@ TEST_CASE("data-parallel: ranks that use different branches and run a link diffe
       require_close(data_parallel(make(overlap, 0.0005, zero), 3, true), want);
     }
   }
+  INFO("zero 3 prefetch");
+  require_close(data_parallel(make(true, 0.0, 3, true), 3, true), want);
 }
 
 TEST_CASE("data-parallel: a second backward without NoGradientSync still averages everything") {
