@@ -65,6 +65,18 @@ std::vector<Tensor> on_host(const std::vector<Tensor>& xs) {
   return hosts;
 }
 
+// An exchange's pieces for this rank: what each rank sends here (its header's shape), in rank
+// order, and their elements in all (numel).
+std::vector<Shape> piece_shapes(const std::vector<comm_detail::MessageHeader>& all, std::int64_t& numel) {
+  std::vector<Shape> shapes;
+  numel = 0;
+  for (const comm_detail::MessageHeader& header : all) {
+    shapes.push_back(header.shape);
+    numel += shape_numel(header.shape);
+  }
+  return shapes;
+}
+
 Packed pack(const std::vector<Tensor>& pieces, DType dtype) {
   const char* next = nullptr;
   const Storage* storage = nullptr;
@@ -610,12 +622,8 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
                 " bytes (or of more than ", comm_detail::kMaxDims, " axes), which MPI cannot move in one message");
   }
   FlatExchange out;
-  out.shapes.resize(size_);
   std::int64_t numel = 0;
-  for (int r = 0; r < size_; ++r) {
-    out.shapes[r] = all[r].shape;  // what rank r sends here
-    numel += shape_numel(out.shapes[r]);
-  }
+  out.shapes = piece_shapes(all, numel);
   if (row_shape) check_rows(all, *row_shape, operation);
   const Device device = xs[0].device();
   if (on_device(all)) {
@@ -725,12 +733,8 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
     throw;
   }
   FlatExchange out;
-  out.shapes.resize(size_);
   std::int64_t numel = 0;
-  for (int r = 0; r < size_; ++r) {
-    out.shapes[r] = all[r].shape;  // what rank r sends here
-    numel += shape_numel(out.shapes[r]);
-  }
+  out.shapes = piece_shapes(all, numel);
   Tensor flat({numel}, xs[0].dtype());
   char* into = static_cast<char*>(flat.raw_data());
   char* own = nullptr;  // where this rank's piece for itself goes: copied once the receives are posted
