@@ -11,6 +11,10 @@ namespace {
 PinnedHostAllocator pinned_allocator;
 // Live bytes on the host [0] and on the GPUs [1]: one relaxed atomic add per allocation.
 std::atomic<std::int64_t> live_bytes[2];
+// Storage versions: one counter for the process, so that a version is never reused, not even by
+// a storage allocated where a freed one was.
+std::atomic<std::uint64_t> last_version{0};
+std::uint64_t new_version() { return last_version.fetch_add(1, std::memory_order_relaxed) + 1; }
 int live_index(const Device& device) { return device.is_cuda() ? 1 : 0; }
 }  // namespace
 
@@ -21,12 +25,12 @@ std::int64_t live_storage_bytes(const Device& device) {
 void register_pinned_host_allocator(const PinnedHostAllocator& allocator) { pinned_allocator = allocator; }
 
 Storage::Storage(std::size_t nbytes, Device device)
-    : nbytes_(nbytes), device_(device), backend_(&backend_for(device, "allocate")) {
+    : nbytes_(nbytes), device_(device), backend_(&backend_for(device, "allocate")), version_(new_version()) {
   data_ = backend_->allocate(nbytes, device.index());
   live_bytes[live_index(device_)].fetch_add(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
 }
 
-Storage::Storage(std::size_t nbytes, PinnedHost) : nbytes_(nbytes), device_(Device::cpu()) {
+Storage::Storage(std::size_t nbytes, PinnedHost) : nbytes_(nbytes), device_(Device::cpu()), version_(new_version()) {
   if (pinned_allocator.allocate != nullptr) data_ = pinned_allocator.allocate(nbytes);
   pinned_ = data_ != nullptr;
   if (!pinned_) {
@@ -50,7 +54,10 @@ void Storage::restore() {
   data_ = backend_->allocate(nbytes_, device_.index());
   live_bytes[live_index(device_)].fetch_add(static_cast<std::int64_t>(nbytes_), std::memory_order_relaxed);
   released_ = false;
+  mark_written();
 }
+
+void Storage::mark_written() { version_.store(new_version(), std::memory_order_relaxed); }
 
 Storage::~Storage() {
   if (released_) return;

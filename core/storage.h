@@ -2,6 +2,7 @@
 // slicing along the first axis) point into the same storage at an offset.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,7 +38,11 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() { return data_; }
+  // Mutable access marks the storage as (about to be) written: it takes a new version.
+  void* data() {
+    mark_written();
+    return data_;
+  }
   const void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
@@ -51,6 +56,16 @@ class Storage {
   void restore();
   bool released() const { return released_; }
 
+  // A number that changes whenever the contents may have changed: a new one, never used before by
+  // any storage of the process, at construction, at restore() and at every mutable access (data(),
+  // hence Tensor::data<T>(), raw_data(), copy_ and every kernel writing a tensor). Caches of
+  // values derived from a storage (core/cpu/packed_weights.h: weights packed for a product) key
+  // on it: equal versions mean equal contents. The contract for code that keeps a mutable
+  // pointer and writes through it later (a non-blocking receive): nothing may read the storage
+  // in between, which is a data race anyway; call mark_written() when the write completes.
+  std::uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void mark_written();
+
  private:
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
@@ -58,6 +73,7 @@ class Storage {
   Backend* backend_ = nullptr;
   bool pinned_ = false;
   bool released_ = false;
+  std::atomic<std::uint64_t> version_;
 };
 
 }  // namespace tandem

@@ -59,16 +59,21 @@ std::string Tensor::description() const {
   return out.str();
 }
 
-void* Tensor::raw_data() {
+const void* Tensor::raw_data() const {
   TANDEM_CHECK(defined(), "raw_data: the tensor is undefined");
   TANDEM_CHECK(!storage_->released(), "the memory of ", dtype_name(dtype_), shape_str(shape_),
                " has been released: a parameter sharded over ranks (zero = 3) is only readable while its link "
                "runs (inside a function's forward or backward); elsewhere hold gather_parameters(optimizer) "
                "(comm/data_parallel) while reading it");
-  return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+  const Storage& storage = *storage_;  // the const access: reading does not change the version
+  return static_cast<const char*>(storage.data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
-const void* Tensor::raw_data() const { return const_cast<Tensor*>(this)->raw_data(); }
+void* Tensor::raw_data() {
+  const void* data = static_cast<const Tensor*>(this)->raw_data();
+  storage_->mark_written();
+  return const_cast<void*>(data);
+}
 
 template <typename T>
 T* Tensor::data() {
@@ -79,7 +84,9 @@ T* Tensor::data() {
 
 template <typename T>
 const T* Tensor::data() const {
-  return const_cast<Tensor*>(this)->data<T>();
+  TANDEM_CHECK(dtype_ == dtype_of<T>(), "data<", dtype_name(dtype_of<T>()), ">: the tensor is ",
+               description());
+  return static_cast<const T*>(raw_data());
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {

@@ -86,15 +86,6 @@ struct MatmulKeyHash {
 
 constexpr std::size_t kMaxCachedMatmuls = 1024;
 
-dnnl::matmul::primitive_desc make_matmul(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
-                                         const dnnl::memory::desc& c, const dnnl::primitive_attr& attr) {
-#if DNNL_VERSION_MAJOR >= 3
-  return dnnl::matmul::primitive_desc(onednn_engine(), a, b, c, attr);
-#else
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, onednn_engine());
-#endif
-}
-
 void onednn_gemm(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                  std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
   using dnnl::memory;
@@ -119,7 +110,7 @@ void onednn_gemm(const float* a, std::int64_t lda, const float* b, std::int64_t 
         attr.set_post_ops(ops);
       }
       if (cache.size() >= kMaxCachedMatmuls) cache.clear();
-      const auto pd = make_matmul(a_md, b_md, c_md, attr);
+      const auto pd = onednn_matmul_pd(a_md, b_md, c_md, attr);
       it = cache.emplace(key, std::make_pair(dnnl::matmul(pd), pd.scratchpad_desc())).first;
     }
     primitive = it->second.first;  // a shared handle: the entry may be evicted while this one runs

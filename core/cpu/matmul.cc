@@ -3,11 +3,13 @@
 // batches of small products are spread over threads instead, each running serially.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/gemm.h"
 #include "core/cpu/gemm_choice.h"
 #include "core/cpu/measured_choice.h"
+#include "core/cpu/packed_weights.h"
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
@@ -96,6 +98,18 @@ void gemm_threaded(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n,
   gemm_strided(a, ta ? m : k, b, tb ? k : n, c, n, m, n, k, ta, tb, accumulate);
 }
 
+// f32 products whose right-hand side serves again unchanged run on a packed copy of it when that
+// pays (core/cpu/packed_weights.h); true when it ran this one.
+template <typename T>
+bool on_packed_rhs(const T* a, const Tensor& b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
+                   bool tb, bool accumulate) {
+  if constexpr (std::is_same_v<T, float>) {
+    return cpu::gemm_packed_rhs(a, b, c, m, n, k, ta, tb, accumulate, &gemm_threaded<float>);
+  } else {
+    return false;
+  }
+}
+
 }  // namespace
 
 namespace cpu {
@@ -126,6 +140,8 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int6
     scalar_t* pc = out.data<scalar_t>();
     const std::int64_t stride_a = a.numel() == m * k ? 0 : m * k;
     const std::int64_t stride_b = b.numel() == k * n ? 0 : k * n;
+    // A right-hand side that serves again unchanged (weights) may run on a packed copy.
+    if (batch == 1 && on_packed_rhs(pa, b, pc, m, n, k, transpose_a, transpose_b, accumulate)) return;
     // A single product (or a batch of large ones) uses all threads inside one GEMM; many small
     // products run one per thread.
     if (batch == 1 || m * n * k >= (1 << 18)) {

@@ -170,22 +170,21 @@ std::vector<double> time_interleaved(std::size_t candidates, const std::function
   return best;
 }
 
-std::size_t measured_choice(const std::string& key, const std::vector<std::string>& names,
-                            const std::function<std::vector<double>()>& measure, double flops,
-                            const std::string& detail) {
+std::string measured_word(const std::string& key, const std::function<bool(const std::string&)>& accept,
+                          const std::function<std::pair<std::string, std::string>()>& measure) {
   ChoiceStore& s = store();
-  auto lookup = [&](std::size_t* index) {
+  auto lookup = [&](std::string* word) {
     auto it = s.choices.find(key);
-    if (it == s.choices.end()) return false;
-    *index = index_of(names, it->second);
-    return *index < names.size();  // a name no longer among the candidates is measured again
+    if (it == s.choices.end() || !accept(it->second)) return false;  // e.g. a candidate no longer offered
+    *word = it->second;
+    return true;
   };
-  std::size_t chosen;
+  std::string word;
   {
     std::lock_guard<std::mutex> lock(s.table);
-    if (lookup(&chosen)) return chosen;
+    if (lookup(&word)) return word;
 #ifdef _OPENMP
-    if (omp_in_parallel() && s.measuring_outside_regions && s.measurer != std::this_thread::get_id()) return 0;
+    if (omp_in_parallel() && s.measuring_outside_regions && s.measurer != std::this_thread::get_id()) return "";
 #endif
   }
   std::lock_guard<std::recursive_mutex> measuring(s.measuring);
@@ -201,9 +200,9 @@ std::size_t measured_choice(const std::string& key, const std::vector<std::strin
   {
     std::lock_guard<std::mutex> lock(s.table);
     if (outermost && s.fd >= 0) read_choices(s.fd, s.choices);
-    if (lookup(&chosen)) {
+    if (lookup(&word)) {
       if (outermost && s.fd >= 0) ::close(s.fd), s.fd = -1;  // releases the file's lock
-      return chosen;
+      return word;
     }
     if (outermost) {
 #ifdef _OPENMP
@@ -213,9 +212,9 @@ std::size_t measured_choice(const std::string& key, const std::vector<std::strin
     }
   }
   ++s.depth;
-  std::vector<double> seconds;
+  std::pair<std::string, std::string> measured;
   try {
-    seconds = measure();
+    measured = measure();
   } catch (...) {
     --s.depth;
     if (outermost) {
@@ -226,20 +225,8 @@ std::size_t measured_choice(const std::string& key, const std::vector<std::strin
     throw;
   }
   --s.depth;
-  chosen = static_cast<std::size_t>(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
-  // e.g. "gemm.f32.t2.NT.m6.n9.k9 onednn openblas=180.4 onednn=213.4 eigen=151.5 (100x1000x784)":
-  // GFLOP/s when the work is known, else microseconds ("us").
-  std::ostringstream line;
-  line << key << ' ' << names[chosen];
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    char figure[32];
-    if (flops > 0) std::snprintf(figure, sizeof(figure), "%.1f", flops / seconds[i] / 1e9);
-    else std::snprintf(figure, sizeof(figure), "%.1fus", seconds[i] * 1e6);
-    line << ' ' << names[i] << '=' << figure;
-  }
-  if (!detail.empty()) line << " (" << detail << ')';
-  line << '\n';
-  const std::string text = line.str();
+  word = measured.first;
+  const std::string text = key + ' ' + word + (measured.second.empty() ? "" : " " + measured.second) + '\n';
   if (s.fd >= 0) {
     ::lseek(s.fd, 0, SEEK_END);
     if (::write(s.fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
@@ -247,12 +234,36 @@ std::size_t measured_choice(const std::string& key, const std::vector<std::strin
     }
   }
   std::lock_guard<std::mutex> lock(s.table);
-  s.choices[key] = names[chosen];
+  s.choices[key] = word;
   if (outermost) {
     s.measuring_outside_regions = false;
     if (s.fd >= 0) ::close(s.fd), s.fd = -1;  // releases the file's lock
   }
-  return chosen;
+  return word;
+}
+
+std::size_t measured_choice(const std::string& key, const std::vector<std::string>& names,
+                            const std::function<std::vector<double>()>& measure, double flops,
+                            const std::string& detail) {
+  const std::string word = measured_word(
+      key, [&](const std::string& name) { return index_of(names, name) < names.size(); },
+      [&] {
+        const std::vector<double> seconds = measure();
+        const auto chosen = static_cast<std::size_t>(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
+        // e.g. "gemm.f32.t2.NT.m6.n9.k9 onednn openblas=180.4 onednn=213.4 eigen=151.5 (100x1000x784)":
+        // GFLOP/s when the work is known, else microseconds ("us").
+        std::ostringstream figures;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          char figure[32];
+          if (flops > 0) std::snprintf(figure, sizeof(figure), "%.1f", flops / seconds[i] / 1e9);
+          else std::snprintf(figure, sizeof(figure), "%.1fus", seconds[i] * 1e6);
+          figures << (i ? " " : "") << names[i] << '=' << figure;
+        }
+        if (!detail.empty()) figures << " (" << detail << ')';
+        return std::make_pair(names[chosen], figures.str());
+      });
+  // "" from a worker of a region a measurement runs: candidate 0, unrecorded (see ChoiceStore).
+  return word.empty() ? 0 : index_of(names, word);
 }
 
 }  // namespace cpu

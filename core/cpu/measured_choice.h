@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -28,6 +29,13 @@ namespace cpu {
 std::size_t measured_choice(const std::string& key, const std::vector<std::string>& names,
                             const std::function<std::vector<double>()>& measure, double flops,
                             const std::string& detail);
+
+// A measured setting rather than a choice among named candidates (e.g. how many products a
+// packed copy of a weight must serve to pay for its packing, core/cpu/packed_weights.h): kept in
+// the same file, under the same locks. `measure` returns the word to keep (no spaces) and the
+// figures to write beside it; a kept word that `accept` refuses is measured again.
+std::string measured_word(const std::string& key, const std::function<bool(const std::string&)>& accept,
+                          const std::function<std::pair<std::string, std::string>()>& measure);
 
 // The machine's file ("" when no cache folder could be made).
 std::string measured_choice_file();

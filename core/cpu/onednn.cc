@@ -27,6 +27,15 @@ dnnl::memory onednn_scratchpad(const dnnl::memory::desc& md) {
   return dnnl::memory(md, onednn_engine(), buffer.data());
 }
 
+dnnl::matmul::primitive_desc onednn_matmul_pd(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                                              const dnnl::memory::desc& c, const dnnl::primitive_attr& attr) {
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl::matmul::primitive_desc(onednn_engine(), a, b, c, attr);
+#else
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, onednn_engine());
+#endif
+}
+
 }  // namespace cpu
 }  // namespace tandem
 #endif

@@ -159,9 +159,16 @@ struct Operand {
   Tensor buffer;
   bool reordered = false;
 
-  Operand(const memory::desc& plain_md, const memory::desc& wanted, const Tensor& t) {
+  // An input, read only.
+  Operand(const memory::desc& plain_md, const memory::desc& wanted, const Tensor& t)
+      : Operand(plain_md, wanted, t, const_cast<float*>(t.data<float>())) {}
+  // An output: the mutable access gives its storage a new version (core/storage.h).
+  Operand(const memory::desc& plain_md, const memory::desc& wanted, Tensor& t)
+      : Operand(plain_md, wanted, t, t.data<float>()) {}
+
+  Operand(const memory::desc& plain_md, const memory::desc& wanted, const Tensor& t, float* data) {
     auto& engine = onednn_engine();
-    plain = memory(plain_md, engine, const_cast<float*>(t.data<float>()));
+    plain = memory(plain_md, engine, data);
     if (wanted == plain_md) {
       inner = plain;
     } else {
