@@ -16,12 +16,6 @@ namespace tandem::cpu {
 namespace {
 constexpr std::size_t kAlignment = 64;
 
-std::size_t round_up(std::size_t nbytes) {
-  // Small blocks to the cache line; large ones to 64 KB, so that sizes that differ a little
-  // (a last, shorter batch) still share blocks.
-  const std::size_t unit = nbytes >= BlockCache::kMinBytes ? std::size_t(1) << 16 : kAlignment;
-  return (nbytes + unit - 1) / unit * unit;
-}
 
 std::size_t limit_from_environment() {
   const char* text = std::getenv("TANDEM_CPU_CACHE_MB");
@@ -46,16 +40,35 @@ namespace {
 // every step, and there the faults were most of the step (bench/data_parallel_bench, zero 3:
 // 532 -> 335 ms); products and convolutions on large blocks gain a few percent from fewer TLB
 // misses. TANDEM_CPU_HUGE_PAGES=0 leaves every block on small pages.
+//
+// Blocks of 768 KB to 1 MB take half a huge page each (rounded up to 1 MB): a 2 MB huge page is
+// mapped and its second half kept in the cache for the next such block. Messages of about 1 MB
+// are where MPI's shared-memory transport spends most on page walks: an allreduce of 1 MB into a
+// block on small pages took 157 us, into one on a huge page 114 us (UCX maps the peer's pages
+// for every rendezvous copy; scratch measurements in the #22 note).
 constexpr std::size_t kHugePage = std::size_t(2) << 20;
+constexpr std::size_t kHalfHugePage = kHugePage / 2;
+constexpr std::size_t kHalfFrom = std::size_t(768) << 10;
+static_assert(kHalfHugePage == BlockCache::kMinBytes, "half huge pages are cached as the smallest cached blocks");
 
-bool huge_pages_from_environment() {
-  const char* text = std::getenv("TANDEM_CPU_HUGE_PAGES");
-  return !(text && std::string(text) == "0");
+bool huge_pages() {
+  static const bool on = [] {
+    const char* text = std::getenv("TANDEM_CPU_HUGE_PAGES");
+    return !(text && std::string(text) == "0");
+  }();
+  return on;
+}
+
+std::size_t round_up(std::size_t nbytes) {
+  if (huge_pages() && nbytes >= kHalfFrom && nbytes <= kHalfHugePage) return kHalfHugePage;
+  // Small blocks to the cache line; large ones to 64 KB, so that sizes that differ a little
+  // (a last, shorter batch) still share blocks.
+  const std::size_t unit = nbytes >= BlockCache::kMinBytes ? std::size_t(1) << 16 : kAlignment;
+  return (nbytes + unit - 1) / unit * unit;
 }
 
 void* map_block(std::size_t nbytes) {
-  static const bool huge = huge_pages_from_environment();
-  if (!huge || nbytes < kHugePage) {
+  if (!huge_pages() || nbytes < kHugePage) {
     void* ptr = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return ptr == MAP_FAILED ? nullptr : ptr;
   }
@@ -108,12 +121,25 @@ void* BlockCache::allocate(std::size_t nbytes) {
     TANDEM_CHECK(ptr != nullptr, "allocate: out of memory allocating ", nbytes, " bytes on cpu");
     return ptr;
   }
-  void* ptr = map_block(rounded);  // page-aligned
+  // Half a huge page: map a whole one, and cache its second half (or give it back when the
+  // cache has no room).
+  const std::size_t mapped = rounded == kHalfHugePage && huge_pages() ? kHugePage : rounded;
+  void* ptr = map_block(mapped);  // page-aligned
   if (!ptr) {
     clear();  // memory is short: give the cache back and try once more
-    ptr = map_block(rounded);
+    ptr = map_block(mapped);
   }
   TANDEM_CHECK(ptr != nullptr, "allocate: out of memory allocating ", nbytes, " bytes on cpu");
+  if (mapped != rounded) {
+    void* second = static_cast<char*>(ptr) + kHalfHugePage;
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->cached + kHalfHugePage <= impl_->limit) {
+      impl_->free_blocks.emplace(kHalfHugePage, second);
+      impl_->cached += kHalfHugePage;
+    } else {
+      unmap_block(second, kHalfHugePage);
+    }
+  }
   return ptr;
 }
 

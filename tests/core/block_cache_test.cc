@@ -1,5 +1,6 @@
 // The CPU block cache: large blocks come back for the same size; small ones are not kept; blocks
-// of 2 MB and more are aligned for huge pages and unmapped whole.
+// of 2 MB and more are aligned for huge pages and unmapped whole; blocks of about 1 MB are halves
+// of huge pages.
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
@@ -73,4 +74,35 @@ TEST_CASE("blocks of 2 MB and more lie on 2 MB boundaries (for huge pages) and g
   cache.clear();  // unmapped: the kernel no longer knows the range
   REQUIRE(mincore(block, n, resident.data()) == -1);
   REQUIRE(errno == ENOMEM);
+}
+
+TEST_CASE("blocks of 768 KB to 1 MB are halves of a huge page: the second half waits in the cache") {
+  REQUIRE(kCacheOn);
+  BlockCache& cache = BlockCache::instance();
+  cache.clear();
+  const std::size_t half = std::size_t(1) << 20;
+  char* first = static_cast<char*>(cache.allocate(half));
+  REQUIRE(reinterpret_cast<std::uintptr_t>(first) % (2 * half) == 0);
+  REQUIRE(cache.cached_bytes() == half);  // the other half
+  char* second = static_cast<char*>(cache.allocate(900 << 10));  // rounds up to the same 1 MB
+  REQUIRE(second == first + half);
+  REQUIRE(cache.cached_bytes() == 0);
+  first[0] = 1, first[half - 1] = 2, second[0] = 3, second[half - 1] = 4;  // each half is whole
+  REQUIRE(first[half - 1] == 2);
+  REQUIRE(second[0] == 3);
+  // Each half goes back on its own: freeing one leaves the other mapped.
+  cache.deallocate(first, half);
+  cache.clear();
+  std::vector<unsigned char> resident(half / 4096);
+  REQUIRE(mincore(first, half, resident.data()) == -1);
+  REQUIRE(mincore(second, half, resident.data()) == 0);
+  REQUIRE(second[half - 1] == 4);
+  cache.deallocate(second, 900 << 10);
+  REQUIRE(cache.cached_bytes() == half);
+  cache.clear();
+  REQUIRE(mincore(second, half, resident.data()) == -1);
+  // Below 768 KB nothing changes: the heap, not cached.
+  void* small = cache.allocate(700 << 10);
+  cache.deallocate(small, 700 << 10);
+  REQUIRE(cache.cached_bytes() == 0);
 }
