@@ -102,15 +102,8 @@ void onednn_gemm(const float* a, std::int64_t lda, const float* b, std::int64_t 
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it == cache.end()) {
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // see onednn_scratchpad
-      if (accumulate) {  // C += A B: the sum post-op reads C before writing it (BLAS's beta = 1)
-        dnnl::post_ops ops;
-        ops.append_sum(1.0f);
-        attr.set_post_ops(ops);
-      }
       if (cache.size() >= kMaxCachedMatmuls) cache.clear();
-      const auto pd = onednn_matmul_pd(a_md, b_md, c_md, attr);
+      const auto pd = onednn_matmul_pd(a_md, b_md, c_md, onednn_matmul_attr(accumulate));
       it = cache.emplace(key, std::make_pair(dnnl::matmul(pd), pd.scratchpad_desc())).first;
     }
     primitive = it->second.first;  // a shared handle: the entry may be evicted while this one runs

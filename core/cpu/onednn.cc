@@ -27,6 +27,17 @@ dnnl::memory onednn_scratchpad(const dnnl::memory::desc& md) {
   return dnnl::memory(md, onednn_engine(), buffer.data());
 }
 
+dnnl::primitive_attr onednn_matmul_attr(bool accumulate) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
 dnnl::matmul::primitive_desc onednn_matmul_pd(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                                               const dnnl::memory::desc& c, const dnnl::primitive_attr& attr) {
 #if DNNL_VERSION_MAJOR >= 3

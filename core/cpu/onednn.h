@@ -30,6 +30,10 @@ int onednn_threads();
 // run one serial product per thread) overwrote each other's temporaries.
 dnnl::memory onednn_scratchpad(const dnnl::memory::desc& md);
 
+// The attributes of every tandem product: a user scratchpad (onednn_scratchpad), and with
+// `accumulate` the sum post-op, which reads C before writing it (C += A B, BLAS's beta = 1).
+dnnl::primitive_attr onednn_matmul_attr(bool accumulate);
+
 // A matmul primitive descriptor (C = A B with the attributes) on the engine, for 2.x and 3.x.
 dnnl::matmul::primitive_desc onednn_matmul_pd(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                                               const dnnl::memory::desc& c, const dnnl::primitive_attr& attr);

@@ -65,17 +65,6 @@ memory::desc plain_rhs_desc(std::int64_t n, std::int64_t k, bool tb) {
   return memory::desc({k, n}, memory::data_type::f32, tb ? memory::dims{1, k} : memory::dims{n, 1});
 }
 
-dnnl::primitive_attr product_attr(bool accumulate) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // see onednn_scratchpad
-  if (accumulate) {  // C += A B: the sum post-op reads C before writing it
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
-  return attr;
-}
-
 // A packed right-hand side: the blocked layout one product's primitive asked for, and the copy.
 struct Packed {
   memory::desc desc;
@@ -209,7 +198,7 @@ struct Cache {
                             key.ta ? memory::dims{1, key.m} : memory::dims{key.k, 1});
     const memory::desc c_md({key.m, key.n}, memory::data_type::f32, memory::dims{key.n, 1});
     try {
-      const auto pd = onednn_matmul_pd(a_md, packed_desc, c_md, product_attr(key.accumulate));
+      const auto pd = onednn_matmul_pd(a_md, packed_desc, c_md, onednn_matmul_attr(key.accumulate));
       p.primitive = dnnl::matmul(pd);
       p.scratchpad = pd.scratchpad_desc();
       p.made = true;
@@ -232,7 +221,7 @@ bool blocked_layout(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, boo
   const memory::desc a_md({m, k}, memory::data_type::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});
   const memory::desc b_any({k, n}, memory::data_type::f32, memory::format_tag::any);
   const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{n, 1});
-  const auto pd = onednn_matmul_pd(a_md, b_any, c_md, product_attr(accumulate));
+  const auto pd = onednn_matmul_pd(a_md, b_any, c_md, onednn_matmul_attr(accumulate));
   *out = pd.weights_desc();
   return !(*out == plain_rhs_desc(n, k, tb));
 }
