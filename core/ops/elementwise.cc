@@ -1,5 +1,7 @@
 #include "core/ops/elementwise.h"
 
+#include <cmath>
+
 #include "core/backend.h"
 #include "core/ops/checks.h"
 
@@ -146,6 +148,22 @@ void add_(Tensor& dst, const Tensor& src) {
   // The kernel reads each element of dst before writing it, so dst can be its own operand; a src
   // sharing dst's storage (b[1:] += b[:-1]) is copied first, or it would read updated values.
   backend_for(dst.device(), "add_").binary(BinaryOp::add, dst, src.shares_storage_with(dst) ? src.clone() : src, dst);
+}
+
+void div_into_(Tensor& dst, const Tensor& src, double divisor) {
+  check_compatible({&dst, &src}, "div_into_");
+  check_floating(src, "div_into_");
+  TANDEM_CHECK(src.shape() == dst.shape(), "div_into_: ", src.description(), " into ", dst.description(),
+               ": the shapes differ");
+  TANDEM_CHECK(!src.shares_storage_with(dst) || src.raw_data() == dst.raw_data(), "div_into_: ",
+               src.description(), " overlaps ", dst.description());
+  // Dividing by a power of two is multiplying by its inverse, exactly (both round x / d once),
+  // and a multiplication is several times cheaper.
+  int exponent = 0;
+  const bool power_of_two = std::frexp(divisor, &exponent) == 0.5;
+  backend_for(dst.device(), "div_into_")
+      .binary(power_of_two ? BinaryOp::mul : BinaryOp::div, src,
+              scalar_tensor(power_of_two ? 1.0 / divisor : divisor, src.dtype(), src.device()), dst);
 }
 
 }  // namespace tandem

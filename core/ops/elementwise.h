@@ -63,6 +63,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // In place: dst += src (src broadcast to dst's shape). Used to accumulate gradients.
 void add_(Tensor& dst, const Tensor& src);
+// dst = src / divisor, written into dst's memory (e.g. a view of a larger buffer): one pass, where
+// dst.copy_(div(src, divisor)) makes two. src has dst's shape, dtype and device; floating only.
+void div_into_(Tensor& dst, const Tensor& src, double divisor);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

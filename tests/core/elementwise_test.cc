@@ -374,6 +374,30 @@ TEST_CASE("add_ accumulates in place with a broadcast source", "[elementwise][in
   CHECK_THROWS_AS(add_(small, ones({3}, DType::f64)), Error);
 }
 
+TEST_CASE("div_into_ writes src / d into a view, equal to div bit for bit", "[elementwise][inplace]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    for (const double d : {2.0, 3.0, 4.0, 0.25, 7.0}) {
+      const Tensor src = uniform({300, 500}, 3).to(dtype);
+      Tensor flat = full({150000 + 10}, -1.0, dtype);
+      Tensor into = flat.slice_rows(5, 150005).reshape({300, 500});
+      div_into_(into, src, d);
+      const std::vector<double> want = values(div(src, d));
+      REQUIRE_VALUES(into, want);  // exact: a power of two's inverse multiplies exactly
+      REQUIRE_VALUES(flat.slice_rows(0, 5), {-1, -1, -1, -1, -1});  // nothing outside the view
+      REQUIRE_VALUES(flat.slice_rows(150005, 150010), {-1, -1, -1, -1, -1});
+      Tensor same = src.clone();
+      div_into_(same, same, d);  // in place
+      REQUIRE_VALUES(same, want);
+    }
+  }
+  Tensor three = zeros({3}), ints = zeros({3}, DType::i32);
+  CHECK_THROWS_WITH(div_into_(three, ones({4}), 2), Contains("div_into_") && Contains("shapes differ"));
+  CHECK_THROWS_WITH(div_into_(ints, zeros({3}, DType::i32), 2), Contains("div_into_"));
+  Tensor seq = arange(0, 6, 1);
+  Tensor tail = seq.slice_rows(1, 6);
+  CHECK_THROWS_WITH(div_into_(tail, seq.slice_rows(0, 5), 2), Contains("div_into_") && Contains("overlaps"));
+}
+
 TEST_CASE("operand errors name the operation, dtypes and shapes", "[elementwise][errors]") {
   const Tensor f = ones({2, 3}), d = ones({2, 3}, DType::f64);
   CHECK_THROWS_AS(add(f, d), Error);
