@@ -71,6 +71,7 @@ inline constexpr std::uint8_t kFlagDevicePayload = 128;
 // alltoall / alltoallv: the sender's piece for this receiver (payload_bytes of it, when any) was
 // sent with the header, on the communicator's eager-data tag, so the data is moving before the
 // headers are checked; a receiver that finds the headers disagree receives it and discards it.
+// bcast: the root sent the whole tensor so to every peer (small communicators, see bcast_checked).
 inline constexpr std::uint8_t kDataEager = 1;
 
 struct MessageHeader {

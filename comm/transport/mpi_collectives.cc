@@ -263,13 +263,14 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
   std::vector<MPI_Request> requests;
   KeepAlive keep_alive;
   post_headers(header_for, all, requests, keep_alive);
-  const std::string operation = all[rank_].describe();
+  const Header& own = all[rank_];
+  const auto operation = [&own] { return own.describe(); };
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    const WaitContext context{operation, peer, true};
+    const WaitContext context{comm_detail::LazyText(operation), peer, true};
     take_header(peer, &context, all[peer]);
   }
-  wait_all(requests, WaitContext{operation, rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
+  wait_all(requests, WaitContext{comm_detail::LazyText(operation), rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
   apply_verdict(all, same_shape);
   trace::FlightRecorder::instance().set_state(collective_entry_, trace::FlightState::matched);
   return all;
@@ -343,8 +344,8 @@ void MpiCommunicator::finish_collective(std::vector<MPI_Request>& requests, cons
   // own wait failed) or finished is an error here, not a hang.
   if (sequence < 0) sequence = collective_sequence_ - 1;
   try {
-    wait_all(requests, WaitContext{detail::concat(operation, " (collective #", sequence, ")"), -1, true, sequence},
-             std::move(keep_alive));
+    const comm_detail::LazyText what([operation, sequence] { return detail::concat(operation, " (collective #", sequence, ")"); });
+    wait_all(requests, WaitContext{what, -1, true, sequence}, std::move(keep_alive));
   } catch (const Error& e) {
     broken_ = detail::concat(operation, " (collective #", sequence, ") failed in flight (", e.what(), ")");
     throw;
@@ -362,8 +363,46 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   // Device transport: the root's copy before the exchange, the others' buffers (sized by the
   // root's header) inside the device phase (see run_device_phase).
   Tensor buffer = is_root ? transport_copy(x) : Tensor();
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  // A small communicator's root sends the payload now, beside its header (kEagerBcastRanks);
+  // the root's header tells the others (kDataEager), so every rank takes the same path.
+  std::vector<MPI_Request> eager_sends;
+  KeepAlive eager_keep;
+  if (is_root && eager_data_ && size_ <= kEagerBcastRanks && !hierarchical_ && !moves_on_device(x) &&
+      x.nbytes() > 0 && x.nbytes() <= static_cast<std::size_t>(INT_MAX)) {
+    const Tensor send = comm_detail::host_for_mpi(x);
+    eager_keep.push_back(send.storage());
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      eager_sends.emplace_back();
+      check_mpi(MPI_Isend(send.raw_data(), static_cast<int>(send.nbytes()), MPI_BYTE, peer, kEagerDataTag, comm_,
+                          &eager_sends.back()),
+                "MPI_Isend");
+    }
+    mine.data_flags = comm_detail::kDataEager;
+  }
+  std::vector<Header> all;
+  try {
+    all = exchange_headers([&](int) { return mine; }, false);
+  } catch (...) {
+    // On a disagreement the peers discard the payload (the same verdict everywhere); otherwise
+    // the job is ending. Either way the sends complete later, their buffer kept until then.
+    if (!eager_sends.empty()) orphans_.push_back(Orphan{eager_sends, eager_keep});
+    throw;
+  }
   const Header& from_root = all[root];
+  if (from_root.has_data_flag(comm_detail::kDataEager)) {
+    if (is_root) {
+      finish_collective(eager_sends, operation, std::move(eager_keep));
+      return x;
+    }
+    Tensor y = comm_detail::host_buffer(from_root.shape, from_root.dtype, landing(from_root));
+    std::vector<MPI_Request> requests(1);
+    check_mpi(MPI_Irecv(y.raw_data(), checked_int(from_root.payload_bytes, operation), MPI_BYTE, root, kEagerDataTag,
+                        comm_, &requests[0]),
+              "MPI_Irecv");
+    finish_collective(requests, operation, {y.storage()});
+    return y.to(landing(from_root));
+  }
   if (on_device(all)) {
     run_device_phase(operation, [&] {
       if (!is_root) buffer = Tensor(from_root.shape, from_root.dtype, transport_device());
@@ -993,7 +1032,8 @@ class MpiPendingCollective final : public PendingCollective {
   Tensor wait() override {
     if (!done_) {
       comm_->progress_started(state_.get(), true);
-      const std::string what = detail::concat(state_->operation, " (collective #", state_->sequence, ")");
+      const MpiCommunicator::StartedCollective* state = state_.get();
+      const comm_detail::LazyText what([state] { return detail::concat(state->operation, " (collective #", state->sequence, ")"); });
       try {
         if (state_->advance) {
           try {
@@ -1058,7 +1098,8 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_collective(
 void MpiCommunicator::progress_started(const StartedCollective* until, bool blocking) {
   while (!started_.empty()) {
     StartedCollective& c = *started_.front();
-    const std::string operation = c.all[rank_].describe();
+    const Header& own = c.all[rank_];
+    const comm_detail::LazyText operation([&own] { return own.describe(); });
     for (int peer = 0; peer < size_; ++peer) {
       if (c.have[peer]) continue;
       const WaitContext context{operation, peer, true};

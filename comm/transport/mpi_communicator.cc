@@ -41,12 +41,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   timeout_seconds_ = comm_detail::timeout_from_environment();
-  // alltoall(v) pieces travel with their headers where the eager-data tag is a valid tag;
-  // TANDEM_EAGER_ALLTOALL=0 makes them wait for the headers (the other path, for comparison).
+  // alltoall(v) pieces and small communicators' bcast payloads travel with their headers where
+  // the eager-data tag is a valid tag; TANDEM_EAGER_DATA=0 (or its first name,
+  // TANDEM_EAGER_ALLTOALL=0) makes them wait for the headers (the other path, for comparison).
   int* tag_bound = nullptr;
   int found = 0;
   check_mpi(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_bound, &found), "MPI_Comm_get_attr (MPI_TAG_UB)");
-  const char* eager = std::getenv("TANDEM_EAGER_ALLTOALL");
+  const char* eager = std::getenv("TANDEM_EAGER_DATA");
+  if (!eager) eager = std::getenv("TANDEM_EAGER_ALLTOALL");
   eager_data_ = found && *tag_bound >= kEagerDataTag && !(eager && std::string(eager) == "0");
 
   // Where each peer lives in MPI_COMM_WORLD, to notice when it has finished.

@@ -89,7 +89,7 @@ std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, co
     if (poller.idle()) {
       if (!receiving && !context.in_collective) {
         receiving.emplace(comm_detail::ReceiveWait{book_->id(), rank_, source, world_rank_of_[source], tag,
-                                                   book_->received(source, tag), context.operation});
+                                                   book_->received(source, tag), context.operation.str()});
       }
       if (poller.timed_out()) fail_timeout(context, poller.waited());
       // The wanted message may be in flight behind the evidence of a deadlock; look once more

@@ -151,7 +151,7 @@ TEST_CASE("alltoallv errors: rows of different shapes fail on every rank, before
 }
 
 TEST_CASE("alltoallv errors: large pieces already on their way when the headers disagree are discarded") {
-  // The pieces travel with the headers (unless TANDEM_EAGER_ALLTOALL=0): pieces of 800 kB (past
+  // The pieces travel with the headers (unless TANDEM_EAGER_DATA=0): pieces of 800 kB (past
   // MPI's eager limit) sent to a rank that is in another collective are received and dropped on
   // every rank, so the next exchange gets its own rows only.
   Communicator& comm = world();
