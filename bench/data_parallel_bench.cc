@@ -26,6 +26,8 @@
 //   rss_of       "mode" when the process ran this mode alone (BENCH_ONLY names it), else "run":
 //                VmHWM never goes down, so in a run of every mode a line carries the peak of the
 //                modes before it too, and only its time means something
+//   background_polls  rank 0's calls into MPI by the background progress helper during the mode
+//                (comm/transport/background_progress.h; 0 where MPI runs below THREAD_MULTIPLE)
 // MB are 10^6 bytes.
 //
 //   bazel build -c opt //bench:data_parallel_bench
@@ -34,7 +36,8 @@
 //   BENCH_ONLY=zero1 (a word among after overlap zero1 zero2 zero3): that mode alone, for its
 //   memory; scripts/bench.sh (BENCH_ONLY=dp) runs every mode so, at 2 ranks and at 4.
 //   BENCH_ONLY without any of these words runs every mode. BENCH_SCALE=0.3: fewer timed steps
-//   (never below 3).
+//   (never below 3). BENCH_BATCH=512: the batch per rank. BENCH_BUCKET_MB=16: the bucket size
+//   (DataParallelOptions::bucket_mb, 4 unless set; bucket_mb= in the line).
 #include <mpi.h>
 
 #include <cmath>
@@ -50,6 +53,7 @@
 #include "bench/bench_util.h"
 #include "bench/mpi_timing.h"
 #include "comm/data_parallel/data_parallel_options.h"
+#include "comm/transport/background_progress.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "comm/transport/communicator.h"
 #include "core/error.h"
@@ -63,7 +67,19 @@ namespace F = tandem::functions;
 
 namespace {
 
-constexpr std::int64_t kBatch = 64, kWidth = 2048, kLayers = 8, kBatches = 4;
+constexpr std::int64_t kDefaultBatch = 64, kWidth = 2048, kLayers = 8, kBatches = 4;
+
+// BENCH_BATCH=512: the batch per rank (64 unless set). Across slow links the step needs more
+// compute than communication before overlapping the two can pay (see README, across hosts); ids
+// then end in ".b<batch>", so they never meet the batch-64 references.
+std::int64_t batch() {
+  static const std::int64_t b = [] {
+    const char* e = std::getenv("BENCH_BATCH");
+    const long long v = e ? std::atoll(e) : kDefaultBatch;
+    return v > 0 ? static_cast<std::int64_t>(v) : kDefaultBatch;
+  }();
+  return b;
+}
 
 int warmup() { return 3; }
 int iters() { return bench::scaled(20); }
@@ -149,13 +165,14 @@ struct Context {
 };
 
 void run_mode(Context& c, const Mode& mode) {
-  const std::string id = "dp.big.train." + mode.name + (c.ranks == 2 ? "" : ".r" + std::to_string(c.ranks));
+  const std::string id = "dp.big.train." + mode.name + (c.ranks == 2 ? "" : ".r" + std::to_string(c.ranks)) +
+                         (batch() == kDefaultBatch ? "" : ".b" + std::to_string(batch()));
   // Different data on every rank, the same initial weights: the first update goes ahead at once.
   Generator generator(1 + static_cast<std::uint64_t>(c.rank));
   std::vector<Variable> xs, ts;
   for (std::int64_t i = 0; i < kBatches; ++i) {
-    xs.emplace_back(rand_uniform({kBatch, kWidth}, generator));
-    ts.emplace_back(randn({kBatch, kWidth}, generator));
+    xs.emplace_back(rand_uniform({batch(), kWidth}, generator));
+    ts.emplace_back(randn({batch(), kWidth}, generator));
   }
   const double base_mb = max_over_ranks(proc_status_mb("VmRSS"));
   manual_seed(0);
@@ -163,6 +180,7 @@ void run_mode(Context& c, const Mode& mode) {
   DataParallelOptions options;
   options.overlap = mode.overlap;
   options.zero = mode.zero;
+  if (const char* mb = std::getenv("BENCH_BUCKET_MB")) options.bucket_mb = std::atof(mb);
   std::shared_ptr<Optimizer> optimizer;
   try {
     optimizer = create_multi_node_optimizer(std::make_shared<Adam>(1e-4), c.comm, options);
@@ -181,6 +199,7 @@ void run_mode(Context& c, const Mode& mode) {
 
   Variable loss;
   int step = 0;
+  const std::uint64_t polls_before = background_progress_polls();
   const bench::Stats s = bench::timed_steps(warmup(), iters(), [&] {
     const std::int64_t b = step++ % kBatches;
     optimizer->update([&] { return loss = F::mean_squared_error((*model)(xs[b]), ts[b]); });
@@ -197,9 +216,10 @@ void run_mode(Context& c, const Mode& mode) {
   bench::print_stats(id, c.tags + option_tags, s);
   std::printf(
       " samples_per_s=%.0f loss=%.4f peak_rss_mb=%.1f base_rss_mb=%.1f live_mb=%.1f theory_mb=%.1f params=%lld "
-      "rss_of=%s%s\n",
-      double(kBatch) * c.ranks / (s.median_ms * 1e-3), value, peak_mb, base_mb, live_mb,
+      "rss_of=%s background_polls=%llu%s\n",
+      double(batch()) * c.ranks / (s.median_ms * 1e-3), value, peak_mb, base_mb, live_mb,
       theory_bytes(params, mode.zero, c.ranks) / 1e6, static_cast<long long>(params), c.alone ? "mode" : "run",
+      static_cast<unsigned long long>(background_progress_polls() - polls_before),
       finite ? "" : " CHECK=FAIL");
   std::fflush(stdout);
 }
@@ -223,7 +243,7 @@ int main() {
   MPI_Get_library_version(version, &length);
   const std::string mpi(version);
   c.tags = "mpi=" + bench::kv(mpi.substr(0, mpi.find('\n'))) + " comm=" + c.comm->name() +
-           " ranks=" + std::to_string(c.ranks) + " " + bench::threads_tag(1) + " batch_per_rank=64 layers=8 width=2048";
+           " ranks=" + std::to_string(c.ranks) + " " + bench::threads_tag(1) + " batch_per_rank=" + std::to_string(batch()) + " layers=8 width=2048";
   const std::vector<Mode> selected = selected_modes(&c.alone);
 
   MPI_Barrier(MPI_COMM_WORLD);

@@ -8,6 +8,7 @@
 #include "autograd/check_finite.h"
 #include "comm/data_parallel/data_parallel.h"
 #include "comm/data_parallel/gradient_buckets.h"
+#include "comm/transport/background_progress.h"
 #include "core/cpu/block_cache.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -127,6 +128,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   void backward_finished() override {
     if (in_backward_ && touched_) launch_rest();
     in_backward_ = false;
+    progress_window_.close();
     if (options_.zero == 3 && plan_) switch_pass(/*backward=*/false);
   }
 
@@ -407,6 +409,10 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     // The allreduce sums in place: the bucket is this sync's own.
     f.pending = options_.zero >= 2 ? comm_->start_reduce_scatter_sum(flat, bucket.digest, kOperation)
                                    : comm_->start_allreduce_sum(flat, bucket.digest, kOperation, /*in_place=*/true);
+    // Backward goes on computing: a helper moves the buckets meanwhile (background_progress.h),
+    // until backward ends and the update's waits move them.
+    if (in_backward_ && options_.background_progress && !progress_window_.open())
+      progress_window_ = open_background_progress();
   }
 
   void launch_rest() {
@@ -690,6 +696,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   CommunicatorPtr gather_comm_;
   DataParallelOptions options_;
   bool overlap_ = true;
+  BackgroundProgressWindow progress_window_;
   std::unique_ptr<GradientPlan> plan_;
   std::unordered_map<const VariableNode*, std::size_t> node_index_;
   bool verified_ = false;        // the replicas were found equal (or made so) for this plan

@@ -16,8 +16,9 @@ using comm_detail::check_mpi;
 
 namespace {
 
-// This process's communicators, for progress_other_communicators. MPI is called from one thread
-// (MPI_THREAD_FUNNELED), but a communicator may be released on another.
+// This process's communicators, for progress_other_communicators. Communicators call MPI from one
+// thread (the background progress helper only probes a communicator of its own), but a
+// communicator may be released on another.
 std::mutex g_live_mutex;
 std::vector<MpiCommunicator*>& live_communicators() {
   static std::vector<MpiCommunicator*> live;

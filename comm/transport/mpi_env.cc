@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/transport/background_progress.h"
 #include "comm/transport/deadlock.h"
 #include "comm/transport/flight_dumps.h"
 #include "comm/transport/traffic_ledger.h"
@@ -254,7 +255,9 @@ void ensure_mpi() {
   TANDEM_CHECK(!finalised, "comm: MPI has already been finalised; create communicators before MPI_Finalize");
   if (!initialised) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // FUNNELED unless a helper thread is to move transfers in the background
+    // (background_progress.h: TANDEM_MPI_PROGRESS).
+    check_mpi(MPI_Init_thread(nullptr, nullptr, mpi_thread_level_from_environment(), &provided), "MPI_Init_thread");
     g_we_initialised = true;
     on_exit(finalize_at_exit, nullptr);  // glibc: like atexit, and it passes the exit status
   }

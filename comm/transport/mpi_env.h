@@ -38,6 +38,7 @@ inline constexpr int kFailedTag = 2;
 inline constexpr int kProbeTag = 3;
 inline constexpr int kDeadlockTag = 4;  // a cycle found, told to its other ranks
 inline constexpr int kClockTag = 5;     // the timeline's clock alignment (flight_dumps.cc)
+inline constexpr int kNeverSentTag = 6;  // probed by the background progress helper only
 
 // The report the peer (a world rank) sent when it finished, received now if it has arrived;
 // null while it has not finished.
