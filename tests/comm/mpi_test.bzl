@@ -22,6 +22,23 @@ def mpi_test(name, srcs, deps, ranks = [2, 3], size = "medium", **kwargs):
             **kwargs
         )
 
+def mpi_test_variant(name, test, env, ranks = [2], size = "medium"):
+    """An mpi_test's binary run again under other environment variables (another code path).
+
+    NAME_<n>ranks runs :TEST_bin on n ranks for each entry of ranks, with ENV set, tagged cpu:2
+    as mpi_test's runs are.
+    """
+    for n in ranks:
+        native.sh_test(
+            name = "%s_%dranks" % (name, n),
+            size = size,
+            srcs = ["//tests/comm:run_mpi.sh"],
+            args = [str(n), "$(location :%s_bin)" % test],
+            data = [":" + test + "_bin"],
+            env = env,
+            tags = ["cpu:2"],
+        )
+
 def _cuda_build_only():
     return select({
         "//:cuda_enabled": [],
