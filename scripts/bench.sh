@@ -422,6 +422,10 @@ T0=$SECONDS
        "changed_files=$(git -C "$ROOT" status --porcelain 2>/dev/null | wc -l)"
   echo "BENCH_ONLY=${BENCH_ONLY:-} BENCH_SCALE=${BENCH_SCALE:-1} ANCHOR_SCALE=${ANCHOR_SCALE:-1} REPS=$REPS" \
        "OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
+  echo "cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | xargs | tr ' ' _)"
+  # OPENBLAS_CORETYPE overrides OpenBLAS's own detection, for the anchors (LibTorch's products)
+  # and tandem's OpenBLAS candidate alike: an environment that forces an older core slows both.
+  echo "openblas_env=$(env | grep '^OPENBLAS_' | sort | paste -sd, - || true)"
 } > "$OUT/env.txt"
 build
 run_anchors

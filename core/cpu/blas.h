@@ -11,5 +11,8 @@ void cblas_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int 
                  const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
 void cblas_dgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha,
                  const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc);
+// The kernel family OpenBLAS runs ("Haswell", "Cooperlake", ...): its own detection, or what
+// OPENBLAS_CORETYPE forces.
+char* openblas_get_corename(void);
 }
 #endif

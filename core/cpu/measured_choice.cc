@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cpu/blas.h"
 #include "core/cpu/onednn.h"
 #include "core/hash.h"
 
@@ -41,7 +42,11 @@ std::string machine_signature() {
   std::ostringstream what;
   what << model << '|' << flags;
 #ifdef TANDEM_HAS_BLAS
-  what << "|openblas";
+  // OpenBLAS's kernels follow OPENBLAS_CORETYPE where it is set (Bazel's test sandbox drops it):
+  // forced to Haswell on an AVX-512 processor its products run 3x slower, so timings taken under
+  // one core name do not hold under another.
+  const char* core = openblas_get_corename();
+  what << "|openblas " << (core ? core : "?");
 #endif
 #ifdef TANDEM_HAS_DNNL
   what << "|onednn " << DNNL_VERSION_MAJOR << '.' << DNNL_VERSION_MINOR << '.' << DNNL_VERSION_PATCH;

@@ -4,9 +4,9 @@
 // A choice has a key (what it is for, e.g. "gemm.f32.t2.NT.m6.n9.k9") and named candidates. At
 // the key's first use in a process it is looked up in the machine's file; when missing, the
 // candidates are timed and the fastest is written down with every candidate's figure. One file
-// per machine (processor, instruction sets, library versions and build flags), shared by every
-// process: ranks on one machine take turns (a file lock) and agree, and a rerun or a resumed run
-// computes with the same kernels, hence the same rounding.
+// per machine (processor, instruction sets, library versions, OpenBLAS's kernel family and build
+// flags), shared by every process: ranks on one machine take turns (a file lock) and agree, and
+// a rerun or a resumed run computes with the same kernels, hence the same rounding.
 //
 //   TANDEM_CACHE_DIR=dir   where the file is kept (default $XDG_CACHE_HOME/tandem, else
 //                          $HOME/.cache/tandem, else $TEST_TMPDIR/tandem-cache under Bazel's

@@ -31,6 +31,13 @@ before=$(wc -l < "$file")
 "$probe" > "$TEST_TMPDIR/later.txt" && cmp -s "$TEST_TMPDIR/p1.txt" "$TEST_TMPDIR/later.txt" \
   || { echo "FAIL: a later process chose differently"; exit 1; }
 [[ $(wc -l < "$file") == "$before" ]] || { echo "FAIL: a later process measured again"; exit 1; }
+# Timings taken under one OpenBLAS kernel family do not hold under another: a process whose
+# OpenBLAS runs other kernels (OPENBLAS_CORETYPE) keeps its own file.
+if grep -q 'openblas=' "$file"; then
+  OPENBLAS_CORETYPE=Nehalem "$probe" > /dev/null || { echo "FAIL: the probe under OPENBLAS_CORETYPE=Nehalem"; exit 1; }
+  [[ $(ls "$TEST_TMPDIR"/cache/choices-*.txt | wc -l) == 2 ]] \
+    || { ls "$TEST_TMPDIR"/cache; echo "FAIL: OPENBLAS_CORETYPE=Nehalem did not get a file of its own"; exit 1; }
+fi
 # TANDEM_GEMM overrides the file.
 TANDEM_GEMM=eigen "$probe" | grep -qv ' eigen$' && { echo "FAIL: TANDEM_GEMM=eigen ignored"; exit 1; }
 echo PASS
