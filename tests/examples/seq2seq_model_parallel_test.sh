@@ -7,9 +7,6 @@ set -uo pipefail
 bin="examples/seq2seq/seq2seq_model_parallel"
 mpi() { timeout --signal=KILL 120 /usr/bin/mpiexec.mpich -n "$@"; }
 export TANDEM_COMM_TIMEOUT=60
-# One kernel per product and convolution for every run: the runs compare process layouts, not
-# kernels, and kernels measured per shape (other per-rank shapes) round differently.
-export TANDEM_GEMM=eigen TANDEM_PACKED_WEIGHTS=off
 tmp="$TEST_TMPDIR"
 # 19000 training pairs: 297 steps of 64 per epoch.
 small=(--numbers 20000 --test-size 1000 --train-size 0 --unit 64 --batchsize 64)

@@ -10,9 +10,6 @@ bin="examples/mnist/train_mnist_data_parallel"
 consolidate="comm/data_parallel/consolidate_snapshot"
 mpi() { timeout --signal=KILL 300 /usr/bin/mpiexec.mpich -n "$@"; }
 export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
-# One kernel per product and convolution for every run: the runs compare process layouts, not
-# kernels, and kernels measured per shape (other per-rank shapes) round differently.
-export TANDEM_GEMM=eigen TANDEM_PACKED_WEIGHTS=off
 
 check() {  # out ranks: it learned, and every rank's weights are identical
   /usr/bin/python3 - "$1" "$2" <<'PY' || exit 1

@@ -6,9 +6,6 @@ set -uo pipefail
 bin="examples/cnn/train_parallel_convolution"
 mpi() { timeout --signal=KILL 300 /usr/bin/mpiexec.mpich -n "$@"; }
 export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
-# One kernel per product and convolution for every run: the runs compare process layouts, not
-# kernels, and kernels measured per shape (other per-rank shapes) round differently.
-export TANDEM_GEMM=eigen TANDEM_PACKED_WEIGHTS=off TANDEM_CONV=im2col
 small=(--train-size 1000 --test-size 300 --batchsize 50 --unit 6)
 
 for n in 1 2 3; do
