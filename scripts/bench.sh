@@ -19,6 +19,8 @@
 #                                            ONLY= (set, empty) runs every anchor, gloo included)
 #   BENCH_SCALE=0.3 scripts/bench.sh         fewer timed iterations (ANCHOR_SCALE follows unless set)
 #   BENCH_OUT=dir                            where results go (default /tmp/tandem-bench/<date>)
+#   BENCH_OPENBLAS_ENV=keep                  keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (unset by
+#                                            default: OpenBLAS detects the processor itself)
 #   BENCH_REPORT=dir scripts/bench.sh        only print the tables of an earlier run again
 #
 # Results: $BENCH_OUT/tandem.txt (every tandem line), raw.txt (everything the tandem benchmarks
@@ -40,6 +42,11 @@ export REPS=${REPS:-1}
 [[ -n "${BENCH_SCALE:-}" && -z "${ANCHOR_SCALE:-}" ]] && export ANCHOR_SCALE=$BENCH_SCALE
 # On 2 cores spinning OpenMP threads fight the BLAS pool; the anchors run PASSIVE, and so does tandem.
 export OMP_WAIT_POLICY=PASSIVE
+# OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) override OpenBLAS's own processor detection. A shell
+# that sets them (this workplace's sets Haswell) makes LibTorch's products run older kernels, up to
+# 3x slower on an AVX-512 machine, which flatters every ratio against it. Both sides run with
+# OpenBLAS's own detection unless BENCH_OPENBLAS_ENV=keep (env.txt records what was in force).
+if [[ "${BENCH_OPENBLAS_ENV:-}" != keep ]]; then unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; fi
 
 OUT=${BENCH_REPORT:-${BENCH_OUT:-/tmp/tandem-bench/$(date +%Y%m%d-%H%M%S)}}
 mkdir -p "$OUT"
