@@ -175,7 +175,8 @@ class Backend {
 
   // Max pooling: y [N, C, out_h, out_w] holds the window maxima, indices (i64, same shape)
   // where each came from as iy * W + ix within its input plane (the first maximum in window
-  // order). A window that lies entirely in the padding yields -inf and index -1.
+  // order). A window that lies entirely in the padding yields -inf and index -1. `indices` is
+  // undefined when no gradient will be taken (inference): only y is written.
   virtual void max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y, Tensor& indices) = 0;
   // gx = 0, then gx[n, c, indices[n, c, o]] += gy[n, c, o]; index -1 is skipped.
   virtual void max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Conv2DGeometry& g,

@@ -25,7 +25,10 @@ void check_pool_geometry(const Conv2DGeometry& g, const char* op) {
 
 template <typename T>
 __global__ void max_pool_kernel(const T* x, Conv2DGeometry g, std::int64_t n, T* y, std::int64_t* indices) {
-  TANDEM_GRID_STRIDE_LOOP(i, n) { max_pool_element(x, g, i, &y[i], &indices[i]); }
+  TANDEM_GRID_STRIDE_LOOP(i, n) {
+    std::int64_t unused;  // no indices wanted (inference)
+    max_pool_element(x, g, i, &y[i], indices ? &indices[i] : &unused);
+  }
 }
 
 template <typename T>
@@ -53,7 +56,7 @@ void CudaBackend::max_pool2d(const Tensor& x, const Conv2DGeometry& g, Tensor& y
   DeviceContext& ctx = context_of(y, "max_pool2d");
   TANDEM_DISPATCH_FLOAT(x.dtype(), "max_pool2d", [&] {
     launch_elementwise("max_pool2d", ctx, n, max_pool_kernel<scalar_t>, x.data<scalar_t>(), g, n,
-                       y.data<scalar_t>(), indices.data<std::int64_t>());
+                       y.data<scalar_t>(), indices.defined() ? indices.data<std::int64_t>() : nullptr);
   });
 }
 

@@ -28,7 +28,8 @@ class MaxPooling2D : public FunctionNode {
   std::string name() const override { return "max_pooling_2d"; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
-    auto result = tandem::max_pool2d(in[0], params_);
+    // The indices serve only backward: none when this application is not recorded (inference).
+    auto result = tandem::max_pool2d(in[0], params_, recording());
     x_shape_ = in[0].shape();
     save_for_backward({result.second});
     return {result.first};

@@ -173,11 +173,11 @@ Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& w_shap
   return gW;
 }
 
-std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2DParams& params) {
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2DParams& params, bool with_indices) {
   ops_detail::check_floating(x, "max_pool2d");
   const Conv2DGeometry g = pool_geometry(x.shape(), x.description(), params, "max_pool2d");
   Tensor y({g.batch, g.channels, g.out_h, g.out_w}, x.dtype(), x.device());
-  Tensor indices(y.shape(), DType::i64, x.device());
+  Tensor indices = with_indices ? Tensor(y.shape(), DType::i64, x.device()) : Tensor();
   backend_for(x.device(), "max_pool2d").max_pool2d(x, g, y, indices);
   return {y, indices};
 }

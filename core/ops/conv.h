@@ -81,8 +81,9 @@ struct Pool2DParams {
 
 // Max pooling: {y, indices}, both [N, C, out_h, out_w]; indices (i64) hold iy * W + ix of each
 // maximum within its input plane (the first one in window order), -1 for a window that lies
-// entirely in the padding (its output is -inf).
-std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2DParams& params);
+// entirely in the padding (its output is -inf). Without `with_indices` (no gradient to take)
+// the indices are left undefined and never computed.
+std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2DParams& params, bool with_indices = true);
 // Scatters gy back to the positions in `indices`: gx of shape x_shape.
 Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& x_shape,
                            const Pool2DParams& params);

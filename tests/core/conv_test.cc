@@ -507,6 +507,50 @@ TEST_CASE("max pooling: windows entirely in the padding give -inf and index -1",
           std::vector<std::int64_t>{0, 2, 8, 10});
 }
 
+TEST_CASE("2x2 max pooling with stride 2: ties, NaNs and row tails as the general rule; no indices in inference",
+          "[pooling]") {
+  // The 2x2 stride-2 path finds the maximum first and its index after (the first candidate equal
+  // to it), vectorized over rows: every width from 1 to 37 outputs crosses the vector lengths and
+  // their remainders. Values from {0, 1, 2} make ties in every window position (as ReLU's zeros
+  // do); NaNs sit in every position too: one wins only when it comes first in its window.
+  Pool2DParams two;
+  two.kernel_h = two.kernel_w = 2;
+  two.stride_y = two.stride_x = 2;
+  const Window w{2, 2, 2, 2, 0, 0, 1, 1, false};
+  std::uint64_t seed = 900;
+  for (std::int64_t out_w = 1; out_w <= 37; out_w += (out_w < 18 ? 1 : 6)) {
+    for (const std::int64_t extra : {0, 1}) {  // an odd width leaves its last column out
+      const Shape xs{2, 3, 6 + extra, 2 * out_w + extra};
+      for (DType dtype : {DType::f32, DType::f64}) {
+        INFO("x " << shape_str(xs) << " " << dtype_name(dtype));
+        std::vector<double> v = values(uniform(xs, seed++, 0, 3, dtype));
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          v[i] = std::floor(v[i]);
+          if (i % 11 == 3) v[i] = std::numeric_limits<double>::quiet_NaN();
+        }
+        const Tensor x = from_vector(v, xs).to(dtype);
+        std::vector<double> want_max, want_avg;
+        std::vector<std::int64_t> want_idx;
+        naive_pool(v, xs, w, xs[2] / 2, out_w, want_max, want_idx, want_avg);
+        const auto pooled = max_pool2d(x, two);
+        const auto inference = max_pool2d(x, two, false);
+        REQUIRE_FALSE(inference.second.defined());
+        REQUIRE(pooled.second.to_vector<std::int64_t>() == want_idx);
+        const std::vector<double> got = values(pooled.first), got_inference = values(inference.first);
+        for (std::size_t o = 0; o < want_max.size(); ++o) {
+          INFO("output " << o);
+          REQUIRE(std::isnan(got[o]) == std::isnan(want_max[o]));
+          REQUIRE(std::isnan(got_inference[o]) == std::isnan(want_max[o]));
+          if (!std::isnan(want_max[o])) {
+            REQUIRE(got[o] == want_max[o]);
+            REQUIRE(got_inference[o] == want_max[o]);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("pooling backward checks gy and the indices", "[pooling][errors]") {
   Pool2DParams p;
   p.kernel_h = p.kernel_w = 2;
