@@ -92,20 +92,20 @@ void* map_block(std::size_t nbytes) {
 void unmap_block(void* ptr, std::size_t nbytes) { munmap(ptr, nbytes); }
 
 // Blocks under kMinBytes come from malloc, and glibc's defaults gave them fresh pages every
-// step: a freed chunk of 128 KB or more raises glibc's mmap threshold and trim threshold
-// together, but the heap's top is still given back to the kernel (brk) whenever more than the
-// trim threshold lies free there, and the next step faults it in again. A training step that
-// allocates and frees hundreds of such tensors (an LSTM's gates, 64 x 1024 floats a time step)
-// spent a fifth of its time in page faults: lstm.fixed.train.adam.t1 108 -> 86 ms, page faults
-// per run 40,000 -> 22,700 with the two settings below. Blocks under 1 MB now always come
-// from the heap (the cache serves the larger ones with its own mappings), and the heap keeps up
-// to 64 MB free at its top. Both only where the user has not tuned glibc's malloc already
-// (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES in the environment).
+// step: glibc raises its mmap and trim thresholds only to the size of the largest mmapped chunk
+// freed so far, so the heap's free top went back to the kernel (brk) whenever more than that
+// lay free there, and the next step faulted it in again. A training step that allocates and
+// frees hundreds of such tensors (an LSTM's gates, 64 x 1024 floats a time step) spent a fifth
+// of its time in page faults: lstm.fixed.train.adam.t1 108 -> 86 ms, page faults per run
+// 40,000 -> 22,700. So malloc takes glibc's own ceilings from the start: blocks up to 32 MB from
+// the heap (the largest mmap threshold glibc accepts; tensors of 1 MB and more come from this
+// cache anyway), and up to 64 MB kept free at the heap's top. Only where the user has not tuned
+// glibc's malloc already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES).
 void tune_malloc() {
 #if defined(__GLIBC__)
   for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"})
     if (std::getenv(name) != nullptr) return;
-  mallopt(M_MMAP_THRESHOLD, static_cast<int>(BlockCache::kMinBytes));
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
 #endif
 }

@@ -16,12 +16,22 @@ namespace cpu {
 // 1.2e-38 in f32 (5.6e-309 in f64) in the vector body and 0 in the scalar tail, so a softmax
 // over a -inf mask (causal attention) leaked weight and depended on an element's position, and
 // differed from the GPU's exp. Those arguments take std::exp instead.
-// The vector pass keeps those arguments as they are (negative, where every exp is >= 0; safe
-// when out is in), and a scalar pass finishes them.
+// Almost every chunk has no such argument: one check (a vectorized comparison) and one pass of
+// Eigen's packet exp. Otherwise a pass keeps those arguments as they are (negative, where every
+// exp is >= 0; safe when out is in), and a scalar pass finishes them. (Eigen's select() is not
+// vectorized: written as one select over the chunk, every element cost a libm call, 5% of an LSTM
+// language model's training step in its softmax cross-entropy.)
 template <typename T>
 void exp_chunk(const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>& x,
                Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>& y, T* out, std::int64_t n) {
   const T lowest_normal_log = std::log(std::numeric_limits<T>::min());
+  const T* in = x.data();
+  int below = 0;
+  for (std::int64_t i = 0; i < n; ++i) below |= in[i] < lowest_normal_log ? 1 : 0;
+  if (below == 0) {
+    y = x.exp();
+    return;
+  }
   y = (x < lowest_normal_log).select(x, x.exp());
   for (std::int64_t i = 0; i < n; ++i)
     if (out[i] < T(0)) out[i] = std::exp(out[i]);
