@@ -29,6 +29,7 @@
 //   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 /usr/bin/mpiexec.mpich -n 2 $BIN/bench/mlp_parallel_bench
 //   (BIN=$(bazel info -c opt bazel-bin))
 //   BENCH_ONLY=mp (or dp): one of the two.  BENCH_SCALE=0.3: fewer timed steps (never below 3).
+//   BENCH_STEPS=1: also every timed step's time (the slowest rank's), one comment line per id.
 //   BENCH_ONLY=trace: mp.mlp.train.sgd.{recorder,recorder_off,timeline,recorder_again}, the cost of
 //   the flight recorder and of the timeline (comm/trace, core/timeline.h).
 #include <mpi.h>
@@ -176,6 +177,11 @@ void run_steps(Context& c, const std::string& id, double samples_per_step, const
   std::vector<double> tmax(t.size());
   MPI_Reduce(t.data(), tmax.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (c.rank != 0) return;
+  if (std::getenv("BENCH_STEPS")) {  // every timed step's time, for warm-up effects
+    std::printf("# %s steps_ms:", id.c_str());
+    for (double v : tmax) std::printf(" %.2f", v);
+    std::printf("\n");
+  }
   const bench::Stats s = bench::summarize(std::move(tmax));
   const double value = loss.defined() ? loss.data().item() : NAN;
   const bool finite = std::isfinite(value);
