@@ -4,7 +4,8 @@
 // parameters differently, accumulation over 3 microbatches, ZeRO 1, 2 and 3, and their mixes; a
 // model whose ranks use different branches and run a link different numbers of times; double
 // buffering's one-step-stale rule; the error of a rank that skips a backward; and the buckets'
-// order fixed at the first update from the order backward finished the gradients.
+// order fixed at the first update from the order backward finished the gradients; on 2 ranks,
+// unsharded buckets (divided before the sum) equal ZeRO 1 (divided after it) bit for bit.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -168,6 +169,17 @@ TEST_CASE("data-parallel modes equal one process after 3 Adam steps (f64)") {
   }
   INFO("zero 3 prefetch, accumulation over 3 microbatches");
   require_close(data_parallel(make(true, 0.0, 3, true), 3, false, 3), want);
+}
+
+TEST_CASE("data-parallel: dividing before the sum (zero = 0, 2 ranks) gives the bits of dividing after it") {
+  // Unsharded buckets with a power of two of ranks divide each gradient as it is copied in; ZeRO 1
+  // divides the sum. Two ranks add two numbers in either order alike, so any difference would be
+  // the division's: the parameters must agree bit for bit.
+  if (world()->size() != 2) return;
+  for (bool overlap : {false, true}) {
+    INFO("overlap " << overlap);
+    REQUIRE(data_parallel(make(overlap, 0.003, 0), 3, false) == data_parallel(make(overlap, 0.003, 1), 3, false));
+  }
 }
 
 TEST_CASE("data-parallel: ranks that use different branches and run a link different numbers of times") {
