@@ -16,15 +16,18 @@
 #                                            (moe_bench: experts over 2 ranks, alltoallv vs MPI).
 #                                            The anchors follow unless ONLY is set.
 #   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
-#                                            ONLY= (set, empty) runs every anchor, gloo included)
+#                                            ONLY= (set, empty) runs every anchor, gloo included);
+#                                            tandem's benchmarks run REPS times too, each line the
+#                                            median run (aggregate.sh, as the anchors')
 #   BENCH_SCALE=0.3 scripts/bench.sh         fewer timed iterations (ANCHOR_SCALE follows unless set)
 #   BENCH_OUT=dir                            where results go (default /tmp/tandem-bench/<date>)
 #   BENCH_OPENBLAS_ENV=keep                  keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (unset by
 #                                            default: OpenBLAS detects the processor itself)
 #   BENCH_REPORT=dir scripts/bench.sh        only print the tables of an earlier run again
 #
-# Results: $BENCH_OUT/tandem.txt (every tandem line), raw.txt (everything the tandem benchmarks
-# printed, the same-run raw MPI lines of comm_bench included), anchors/ (run_all.sh's output),
+# Results: $BENCH_OUT/tandem.txt (every tandem line, its median run), raw.txt (everything the
+# tandem benchmarks printed, every run, the raw MPI lines of comm_bench included), picked.txt (the
+# median run of every line of raw.txt: what the targets read), anchors/ (run_all.sh's output),
 # compare.md and targets.md (the two tables).
 set -euo pipefail
 
@@ -53,6 +56,7 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"   # run_all.sh changes directory: it needs an absolute path
 RAW="$OUT/raw.txt"
 TANDEM="$OUT/tandem.txt"
+PICKED="$OUT/picked.txt"   # every line of raw.txt, the median run of each (REPS > 1)
 STATUS=0
 
 # --- the subset -----------------------------------------------------------------------------
@@ -202,9 +206,8 @@ run_tandem() {
   fi
 }
 
-run_tandem_all() {
-  : > "$RAW"
-  [[ -x "$RUNQ" ]] || echo "# no $RUNQ (run_all.sh builds it): tandem lines carry no noise=" >&2
+# Every selected tandem benchmark once.
+run_tandem_suite() {
   wants mlp conv lstm && run_tandem train_step "$BIN/bench/train_step_bench"
   wants gemm && run_tandem gemm "$BIN/bench/gemm_bench"
   wants p2p coll && run_tandem comm "$MPIEXEC" -n 2 "$BIN/bench/comm_bench"
@@ -238,8 +241,25 @@ run_tandem_all() {
   # A mixture of experts in one process (t1, t2), then its experts over 2 ranks x 1 thread.
   wants moe && run_tandem moe_single "$BIN/bench/moe_bench"
   wants moe && run_tandem moe env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/moe_bench"
-  grep '^name=tandem\.' "$RAW" > "$TANDEM" || true
-  echo "# tandem total_s=$((SECONDS - T0)) lines=$(wc -l < "$TANDEM")" | tee -a "$RAW" >&2
+  return 0   # (a last word left out is not a failure)
+}
+
+# The suite REPS times, as the anchors run theirs; each line (the raw MPI lines of comm_bench
+# too) is then the run whose time is the median of its runs, picked by ../shared/bench/aggregate.sh
+# as the anchors' are (runs that runq found noisy count only when all are). One run of a benchmark
+# could land in a burst of the machine's noise (a whole line 1.5-2x slow while the same work
+# measured in the next line of the process was not); the median of three does not.
+run_tandem_all() {
+  : > "$RAW"
+  [[ -x "$RUNQ" ]] || echo "# no $RUNQ (run_all.sh builds it): tandem lines carry no noise=" >&2
+  local rep
+  for rep in $(seq 1 "$REPS"); do
+    [[ $REPS -gt 1 ]] && echo "# tandem rep $rep of $REPS" | tee -a "$RAW" >&2
+    run_tandem_suite
+  done
+  { "$SHARED/aggregate.sh" "$RAW" || true; } > "$PICKED"
+  grep '^name=tandem\.' "$PICKED" > "$TANDEM" || true
+  echo "# tandem total_s=$((SECONDS - T0)) lines=$(wc -l < "$TANDEM") reps=$REPS" | tee -a "$RAW" >&2
 }
 
 # --- (d) the tables ---------------------------------------------------------------------------
@@ -411,13 +431,14 @@ END {
         tandem["moe.train.single.t1." modes[i]], 0.65, 0, "")
   printf "\n%d PASS, %d MISS, %d n/a (not measured in this run, or no reference), %d without a target\n", pass, miss,
          na, info
-}' "$ANCHOR_SUMMARY" "$RAW" | tee "$OUT/targets.md"
+}' "$ANCHOR_SUMMARY" "$PICKED" | tee "$OUT/targets.md"
 }
 
 # --- main -------------------------------------------------------------------------------------
 
 if [[ -n "${BENCH_REPORT:-}" ]]; then
   ANCHOR_SUMMARY=$(cat "$OUT/anchor_summary.path" 2>/dev/null || echo "$OUT/anchors/summary.txt")
+  [[ -s "$PICKED" ]] || { "$SHARED/aggregate.sh" "$RAW" || true; } > "$PICKED"   # a run from before picked.txt
   compare
   targets
   exit 0
