@@ -5,6 +5,8 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
@@ -91,22 +93,28 @@ void* map_block(std::size_t nbytes) {
 }
 void unmap_block(void* ptr, std::size_t nbytes) { munmap(ptr, nbytes); }
 
-// Blocks under kMinBytes come from malloc, and glibc's defaults gave them fresh pages every
-// step: glibc raises its mmap and trim thresholds only to the size of the largest mmapped chunk
-// freed so far, so the heap's free top went back to the kernel (brk) whenever more than that
-// lay free there, and the next step faulted it in again. A training step that allocates and
-// frees hundreds of such tensors (an LSTM's gates, 64 x 1024 floats a time step) spent a fifth
-// of its time in page faults: lstm.fixed.train.adam.t1 108 -> 86 ms, page faults per run
-// 40,000 -> 22,700. So malloc takes glibc's own ceilings from the start: blocks up to 32 MB from
-// the heap (the largest mmap threshold glibc accepts; tensors of 1 MB and more come from this
-// cache anyway), and up to 64 MB kept free at the heap's top. Only where the user has not tuned
-// glibc's malloc already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES).
-void tune_malloc() {
+// Blocks under kMinBytes come from malloc (and so do MPI's temporary buffers), and glibc's
+// defaults gave them fresh pages every step: glibc raises its mmap and trim thresholds only to
+// the size of the largest mmapped chunk freed so far, so the heap's free top went back to the
+// kernel (brk) whenever more than that lay free there, and the next step faulted it in again.
+// An LSTM's step (hundreds of tensors of 64 x 1024 floats) spent a fifth of its time in page
+// faults: lstm.fixed.train.adam.t1 108 -> 86 ms. MPICH allocates a temporary buffer for every
+// allreduce it runs: the 32 buckets of bench/data_parallel_bench (134 MB) faulted 134 MB in at
+// every step, 186,000 page faults a run: 770 -> 218 ms a step. So malloc serves blocks up to
+// 32 MB from the heap (the largest mmap threshold glibc accepts; tensors of 1 MB and more come
+// from this cache) and keeps as much free at the heap's top as this cache may hold
+// (TANDEM_CPU_CACHE_MB, 1024 by default): memory a step frees and the next takes again. Nothing
+// changes where the cache is off (TANDEM_CPU_CACHE_MB=0) or the user has tuned glibc's malloc
+// already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES).
+void tune_malloc(std::size_t keep_bytes) {
 #if defined(__GLIBC__)
+  if (keep_bytes == 0) return;
   for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"})
     if (std::getenv(name) != nullptr) return;
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, static_cast<int>(std::min<std::size_t>(keep_bytes, INT_MAX)));
+#else
+  (void)keep_bytes;
 #endif
 }
 
@@ -119,7 +127,7 @@ struct BlockCache::Impl {
   std::size_t limit = limit_from_environment();
 };
 
-BlockCache::BlockCache() : impl_(new Impl) { tune_malloc(); }
+BlockCache::BlockCache() : impl_(new Impl) { tune_malloc(impl_->limit); }
 
 BlockCache& BlockCache::instance() {
   static BlockCache* cache = new BlockCache;  // outlives every tensor
