@@ -57,6 +57,14 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   virtual bool zero_fill_grad_outputs() const { return true; }
   // For graph dumps; see FunctionDescription.
   virtual FunctionDescription describe() const { return {}; }
+  // Takes a ReLU of its only output into this function, after forward: functions::relu was
+  // handed that output, `y`, by a caller that keeps no other handle to it. A function that can
+  // (linear, convolution_2d) masks its output gradient by y > 0 in backward from then on, keeps y
+  // for that, and returns true; relu then overwrites y in place and returns the same variable.
+  virtual bool absorb_relu(const Tensor& y) {
+    (void)y;
+    return false;
+  }
 
   Variables apply(const Variables& inputs);
 
@@ -79,6 +87,10 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
 
  protected:
   void save_for_backward(std::vector<Tensor> tensors);
+  // One more tensor after those saved so far (an output a function keeps once it knows it needs it).
+  void save_also(Tensor tensor) {
+    if (recording_) saved_.push_back(std::move(tensor));
+  }
   // The saved tensors; throws a clear error once they have been released.
   const std::vector<Tensor>& saved() const;
   // True while backward runs under BackwardOptions::retain_graph: the saved tensors serve a

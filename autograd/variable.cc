@@ -80,6 +80,12 @@ const std::string& Variable::name() const { return impl().node->name; }
 void Variable::set_name(const std::string& name) { impl().node->name = name; }
 const std::shared_ptr<VariableNode>& Variable::node() const { return impl().node; }
 
+bool Variable::exclusively_owned() const {
+  // The creator holds its outputs' nodes weakly; a consumer holds its inputs' nodes.
+  return impl_ && impl_.use_count() == 1 && impl_->node.use_count() == 1 && impl_->data.defined() &&
+         impl_->data.storage().use_count() == 1;
+}
+
 std::string Variable::description() const {
   if (!defined()) return "undefined variable";
   std::string out = data().description();

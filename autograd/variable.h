@@ -81,6 +81,11 @@ class Variable {
 
   const std::shared_ptr<VariableNode>& node() const;
   bool same_as(const Variable& other) const { return impl_ == other.impl_; }
+  // Whether nothing but this handle can see the variable: no other handle to it, no function
+  // that took it as an input, no other tensor on its data's storage (a view, a saved tensor).
+  // A function handed such a variable as an rvalue may overwrite its data instead of allocating
+  // (functions::relu of a temporary).
+  bool exclusively_owned() const;
 
  private:
   friend class FunctionNode;

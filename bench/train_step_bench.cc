@@ -8,7 +8,11 @@
 //   cross-entropy over all tokens, batch 64 of length 25, Adam 1e-3; lstm.packed: lengths
 //   uniform in [5, 25]; seq2seq.train.adam: an encoder LSTM whose final (h, c) start a decoder
 //   LSTM over 25 target tokens (teacher forcing).
-// A training step is clear grads + forward + loss + backward + update, as in the anchors.
+// A training step is clear grads + forward + loss + backward + update, as in the anchors. The
+// models apply F::relu to their layers' outputs as the anchors do (tandem takes each ReLU into the
+// layer before it, in place: autograd/functions/fused_activation.h); BENCH_FUSED=1 builds them
+// with the layers' activation option instead (a post-op inside oneDNN's convolutions), ids
+// mlp.*.fused.t<n> and conv.*.fused.t<n>.
 //
 //   OMP_WAIT_POLICY=PASSIVE bazel run //bench:train_step_bench
 //   BENCH_ONLY=mlp BENCH_THREADS=1 bazel run //bench:train_step_bench
@@ -50,14 +54,26 @@ bool selected(const char* family) {
   return only == nullptr || std::strstr(only, family) != nullptr;
 }
 
+// BENCH_FUSED=1: the layers apply their ReLU themselves (LinearOptions / Convolution2DOptions).
+bool fused_layers() {
+  const char* fused = std::getenv("BENCH_FUSED");
+  return fused != nullptr && std::strcmp(fused, "1") == 0;
+}
+const char* fused_suffix() { return fused_layers() ? ".fused" : ""; }
+
 class MLP : public Chain {
  public:
   MLP(std::int64_t in, std::int64_t units, std::int64_t out) {
-    l1_ = add_link("l1", std::make_shared<Linear>(in, units));
-    l2_ = add_link("l2", std::make_shared<Linear>(units, units));
+    LinearOptions hidden;
+    if (fused_layers()) hidden.activation = F::Activation::relu;
+    l1_ = add_link("l1", std::make_shared<Linear>(in, units, hidden));
+    l2_ = add_link("l2", std::make_shared<Linear>(units, units, hidden));
     l3_ = add_link("l3", std::make_shared<Linear>(units, out));
   }
-  Variable forward(const Variable& x) override { return (*l3_)(F::relu((*l2_)(F::relu((*l1_)(x))))); }
+  Variable forward(const Variable& x) override {
+    if (fused_layers()) return (*l3_)((*l2_)((*l1_)(x)));
+    return (*l3_)(F::relu((*l2_)(F::relu((*l1_)(x)))));
+  }
 
  private:
   std::shared_ptr<Linear> l1_, l2_, l3_;
@@ -90,7 +106,7 @@ void mlp_benchmarks(const bench::Target& t) {
       optimizer->update([&] { return step_loss = F::softmax_cross_entropy((*model)(xs[i]), ts[i]); });
       loss = step_loss.data().item();  // the anchors read the loss back every step too
     });
-    bench::print_stats(t.id(std::string("mlp.train.") + name), t.tags() + " batch=100", s);
+    bench::print_stats(t.id(std::string("mlp.train.") + name + fused_suffix()), t.tags() + " batch=100", s);
     std::printf(" gflops=%.1f samples_per_s=%.0f loss=%.3f\n", 3 * forward_flops / (s.median_ms * 1e6),
                 B / (s.median_ms * 1e-3), loss);
     std::fflush(stdout);
@@ -104,7 +120,7 @@ void mlp_benchmarks(const bench::Target& t) {
     model(xs[it++ % NB]);
     t.wait();
   });
-  bench::print_stats(t.id("mlp.infer"), t.tags() + " batch=100", s);
+  bench::print_stats(t.id(std::string("mlp.infer") + fused_suffix()), t.tags() + " batch=100", s);
   std::printf(" gflops=%.1f samples_per_s=%.0f\n", forward_flops / (s.median_ms * 1e6), B / (s.median_ms * 1e-3));
   std::fflush(stdout);
 }
@@ -112,7 +128,8 @@ void mlp_benchmarks(const bench::Target& t) {
 class SmallVGG : public Chain {
  public:
   SmallVGG() {
-    const auto three = Convolution2DOptions::make(3, 1, 1);
+    auto three = Convolution2DOptions::make(3, 1, 1);
+    if (fused_layers()) three.activation = F::Activation::relu;
     c1_ = add_link("c1", std::make_shared<Convolution2D>(1, 64, three));
     c2_ = add_link("c2", std::make_shared<Convolution2D>(64, 64, three));
     c3_ = add_link("c3", std::make_shared<Convolution2D>(64, 128, three));
@@ -120,6 +137,10 @@ class SmallVGG : public Chain {
     fc_ = add_link("fc", std::make_shared<Linear>(128 * 7 * 7, 10));
   }
   Variable forward(const Variable& x) override {
+    if (fused_layers()) {
+      const Variable h = F::max_pooling_2d((*c2_)((*c1_)(x)), 2);
+      return (*fc_)(F::max_pooling_2d((*c4_)((*c3_)(h)), 2));
+    }
     Variable h = F::max_pooling_2d(F::relu((*c2_)(F::relu((*c1_)(x)))), 2);
     h = F::max_pooling_2d(F::relu((*c4_)(F::relu((*c3_)(h)))), 2);
     return (*fc_)(h);
@@ -193,7 +214,7 @@ void conv_benchmarks(const bench::Target& t, const ConvMode& mode) {
     sgd.update([&] { return l = F::softmax_cross_entropy((*model)(xs[i]), ts[i]); });
     loss = l.data().item();
   });
-  bench::print_stats(t.id("conv.train.sgd") + mode.suffix, tags, s);
+  bench::print_stats(t.id(std::string("conv.train.sgd") + fused_suffix()) + mode.suffix, tags, s);
   std::printf(" gflops=%.1f samples_per_s=%.0f loss=%.3f\n", 3 * forward_flops / (s.median_ms * 1e6),
               B / (s.median_ms * 1e-3), loss);
   NoGradGuard no_grad;
@@ -202,7 +223,7 @@ void conv_benchmarks(const bench::Target& t, const ConvMode& mode) {
     (*model)(xs[it++ % NB]);
     t.wait();
   });
-  bench::print_stats(t.id("conv.infer") + mode.suffix, tags, si);
+  bench::print_stats(t.id(std::string("conv.infer") + fused_suffix()) + mode.suffix, tags, si);
   std::printf(" gflops=%.1f samples_per_s=%.0f\n", forward_flops / (si.median_ms * 1e6), B / (si.median_ms * 1e-3));
   std::fflush(stdout);
 }

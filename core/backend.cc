@@ -20,6 +20,12 @@ void Backend::concat(const std::vector<Tensor>& xs, int axis, Tensor& out) {
   }
 }
 
+void Backend::conv2d_relu(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                          std::int64_t groups, Tensor& y) {
+  conv2d(x, W, b, g, groups, y);
+  unary(UnaryOp::relu, y, y, 0, 0);
+}
+
 bool Backend::lstm_sequence_forward(const LstmSequenceShape&, const Tensor&, const Tensor&, const Tensor&,
                                     const std::vector<Tensor>&, bool, Tensor&, Tensor&, Tensor&, Tensor&, Tensor&) {
   return false;  // no fused LSTM: n_step_lstm runs cell by cell

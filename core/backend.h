@@ -166,6 +166,10 @@ class Backend {
   // kernel_w] into y [N, O, out_h, out_w], plus b [O] when b is defined: y is overwritten.
   virtual void conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
                       std::int64_t groups, Tensor& y) = 0;
+  // The same, then y = max(y, 0). The default runs the two in turn (the ReLU in place); the CPU
+  // backend's oneDNN path applies it inside the convolution (a post-op: no second pass over y).
+  virtual void conv2d_relu(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                           std::int64_t groups, Tensor& y);
   // gx [N, C, H, W] = the input gradient of that convolution for gy [N, O, out_h, out_w] (overwritten).
   virtual void conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
                                  Tensor& gx) = 0;

@@ -3,7 +3,9 @@
 #include "autograd/functions/arithmetic.h"
 
 #include "autograd/function_node.h"
+#include "autograd/grad_mode.h"
 #include "core/ops.h"
+#include "core/timeline.h"
 
 namespace tandem {
 namespace functions {
@@ -67,6 +69,25 @@ class Tanh : public FunctionNode {
     return {tandem::mul(gy[0], tandem::rsub(1.0, tandem::square(y)))};  // 1 - y^2
   }
 };
+
+}  // namespace
+
+Variable relu(Variable&& x) {
+  if (x.defined() && x.exclusively_owned()) {
+    const std::shared_ptr<FunctionNode>& creator = x.creator();
+    // Plain data (no graph behind it, none to record), or a creator that takes the ReLU in.
+    const bool in_place = creator ? grad_enabled() && creator->absorb_relu(x.data()) : !x.requires_grad();
+    if (in_place) {
+      const timeline::SpanScope span("forward", timeline::enabled() ? "relu (in place)" : std::string());
+      Tensor data = x.data();
+      relu_(data);
+      return std::move(x);
+    }
+  }
+  return relu(static_cast<const Variable&>(x));
+}
+
+namespace {
 
 // One pass forward and one backward (from the saved input), where the composed form took eight
 // elementwise functions and their gradients: a transformer's MLP spends its elementwise time here.

@@ -7,6 +7,12 @@ namespace tandem {
 namespace functions {
 
 Variable relu(const Variable& x);
+// The same for a variable the caller gives up (a temporary, or std::move): where nothing else
+// can see it (Variable::exclusively_owned), the ReLU overwrites it in place and returns it. With
+// a graph, its creator must take the ReLU in (FunctionNode::absorb_relu: linear and
+// convolution_2d do), so F::relu(linear(x, W, b)) records one function, "linear+relu". Otherwise,
+// and for an lvalue, a new variable as above. Values and gradients are the same either way.
+Variable relu(Variable&& x);
 Variable leaky_relu(const Variable& x, double slope = 0.2);  // Chainer's default slope
 Variable sigmoid(const Variable& x);
 Variable tanh(const Variable& x);

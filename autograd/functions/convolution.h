@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "autograd/functions/fused_activation.h"
 #include "autograd/variable.h"
 #include "core/ops/conv.h"
 
@@ -17,8 +18,10 @@ using Conv2DOptions = Conv2DParams;
 // likewise out_w). x, W and b must share one floating dtype and device.
 // (Options by reference: a GCC 12.2 miscompile of this struct's by-value copy first showed here;
 // the build now avoids it project-wide, see .bazelrc.)
+// With an activation, activation(convolution_2d(x, W, b)) as one function (fused_activation.h);
+// on the CPU with oneDNN the ReLU runs inside the convolution primitive (a post-op).
 Variable convolution_2d(const Variable& x, const Variable& W, const Variable& b = Variable(),
-                        const Conv2DOptions& options = {});
+                        const Conv2DOptions& options = {}, Activation activation = Activation::none);
 
 }  // namespace functions
 }  // namespace tandem

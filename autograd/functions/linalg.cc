@@ -1,6 +1,7 @@
 #include "autograd/functions/linalg.h"
 
 #include "autograd/function_node.h"
+#include "autograd/functions/function_with_activation.h"
 #include "autograd/weight_gradient_queue.h"
 #include "core/ops.h"
 
@@ -64,9 +65,10 @@ class MatMul : public FunctionNode {
   Shape a_shape_, b_shape_, y_shape_;
 };
 
-class Linear : public FunctionNode {
+class Linear : public FunctionWithActivation {
  public:
-  std::string name() const override { return "linear"; }
+  explicit Linear(Activation activation) : FunctionWithActivation(activation) {}
+  std::string name() const override { return "linear" + activation_suffix(); }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor& W = in[1];
@@ -86,11 +88,12 @@ class Linear : public FunctionNode {
     save_for_backward({needs_input_grad(1) ? x : Tensor(), needs_input_grad(0) ? W : Tensor()});
     Tensor y = tandem::matmul(x, W, false, true);
     if (in.size() == 3) add_(y, in[2]);
+    finish_forward(y);
     return {y};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
-    const Tensor& gy = grads[0];
+    const Tensor gy = gradient_before_activation(grads[0]);
     std::vector<Tensor> out(inputs().size());
     if (needs_input_grad(0)) out[0] = tandem::matmul(gy, saved()[1]).reshape(x_shape_);
     if (needs_input_grad(1)) {
@@ -117,9 +120,9 @@ Variable matmul(const Variable& a, const Variable& b, bool transpose_a, bool tra
   return call<MatMul>({a, b}, transpose_a, transpose_b)[0];
 }
 
-Variable linear(const Variable& x, const Variable& W, const Variable& b) {
-  if (b.defined()) return call<Linear>({x, W, b})[0];
-  return call<Linear>({x, W})[0];
+Variable linear(const Variable& x, const Variable& W, const Variable& b, Activation activation) {
+  if (b.defined()) return call<Linear>({x, W, b}, activation)[0];
+  return call<Linear>({x, W}, activation)[0];
 }
 
 }  // namespace functions

@@ -1,6 +1,7 @@
 // Matrix products.
 #pragma once
 
+#include "autograd/functions/fused_activation.h"
 #include "autograd/variable.h"
 
 namespace tandem {
@@ -12,7 +13,10 @@ Variable matmul(const Variable& a, const Variable& b, bool transpose_a = false, 
 
 // Chainer's linear: y = x W^T + b with W of shape [out, in]. x of shape [N, d1, d2, ...] is
 // treated as [N, d1*d2*...]; x must have at least 2 axes. b may be undefined (no bias).
-Variable linear(const Variable& x, const Variable& W, const Variable& b = Variable());
+// With an activation, y = activation(x W^T + b) as one function (fused_activation.h): the same
+// values and gradients as activation(linear(x, W, b)), without a second output tensor.
+Variable linear(const Variable& x, const Variable& W, const Variable& b = Variable(),
+                Activation activation = Activation::none);
 
 }  // namespace functions
 }  // namespace tandem

@@ -266,14 +266,30 @@ bool onednn_measured_faster(const char* direction, const Conv2DGeometry& g, std:
 
 }  // namespace
 
-void CpuBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
-                        std::int64_t groups, Tensor& y) {
+void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                                std::int64_t groups, bool relu, Tensor& y) {
   if (y.numel() == 0) return;
+  // The choice between oneDNN and im2col is the convolution's own, measured without the ReLU.
   auto run = [&](std::size_t onednn) {
-    if (onednn) cpu::onednn_conv2d(x, W, b, g, groups, y);
+    if (onednn) cpu::onednn_conv2d(x, W, b, g, groups, false, y);
     else conv2d_im2col(x, W, b, g, groups, y);
   };
-  run(onednn_measured_faster("fwd", g, W.size(0), groups, x.dtype(), b.defined(), run) ? 1 : 0);
+  if (onednn_measured_faster("fwd", g, W.size(0), groups, x.dtype(), b.defined(), run)) {
+    cpu::onednn_conv2d(x, W, b, g, groups, relu, y);  // the ReLU as a post-op
+  } else {
+    conv2d_im2col(x, W, b, g, groups, y);
+    if (relu) unary(UnaryOp::relu, y, y, 0, 0);
+  }
+}
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                        std::int64_t groups, Tensor& y) {
+  conv2d_forward(x, W, b, g, groups, false, y);
+}
+
+void CpuBackend::conv2d_relu(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
+                             std::int64_t groups, Tensor& y) {
+  conv2d_forward(x, W, b, g, groups, true, y);
 }
 
 void CpuBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,

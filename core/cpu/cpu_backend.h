@@ -42,6 +42,8 @@ class CpuBackend final : public Backend {
   // ---- convolution and pooling (conv.cc, pooling.cc) ----
   void im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) override;
   void col2im(const Tensor& col, const Conv2DGeometry& g, Tensor& x) override;
+  void conv2d_relu(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
+                   Tensor& y) override;
   void conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
               Tensor& y) override;
   void conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
@@ -74,6 +76,11 @@ class CpuBackend final : public Backend {
   void layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                            const Tensor& rstd, std::int64_t rows, std::int64_t n, Tensor& gx, Tensor& ggamma,
                            Tensor& gbeta) override;
+
+ private:
+  // conv2d and conv2d_relu: oneDNN or im2col as measured, the ReLU a post-op on oneDNN's path.
+  void conv2d_forward(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
+                      bool relu, Tensor& y);
 };
 
 CpuBackend& cpu_backend();

@@ -66,18 +66,32 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
-dnnl::convolution_forward::primitive_desc make_forward(const ConvDims& d, bool with_bias) {
+// The same, with ReLU applied to the output inside the primitive (max(y, 0): alpha = 0).
+dnnl::primitive_attr user_scratchpad_relu() {
+  dnnl::primitive_attr attr = user_scratchpad();
+  dnnl::post_ops ops;
+#if DNNL_VERSION_MAJOR >= 3
+  ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+#else
+  ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+#endif
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+dnnl::convolution_forward::primitive_desc make_forward(const ConvDims& d, bool with_bias, bool relu = false) {
   const memory::desc bias = with_bias ? d.plain_bias() : memory::desc();
+  const dnnl::primitive_attr attr = relu ? user_scratchpad_relu() : user_scratchpad();
 #if DNNL_VERSION_MAJOR >= 3
   return dnnl::convolution_forward::primitive_desc(onednn_engine(), dnnl::prop_kind::forward_training,
                                                    dnnl::algorithm::convolution_direct, d.any(d.src),
                                                    d.any(d.weights), bias, d.any(d.dst), d.strides, d.dilates,
-                                                   d.pad_l, d.pad_r, user_scratchpad());
+                                                   d.pad_l, d.pad_r, attr);
 #else
   const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                              d.any(d.src), d.any(d.weights), bias, d.any(d.dst), d.strides,
                                              d.dilates, d.pad_l, d.pad_r);
-  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), onednn_engine());
+  return dnnl::convolution_forward::primitive_desc(desc, attr, onednn_engine());
 #endif
 }
 
@@ -124,9 +138,9 @@ struct ConvKeyHash {
   }
 };
 
-ConvKey conv_key(int direction, const Conv2DGeometry& g, std::int64_t O, std::int64_t G, bool bias) {
+ConvKey conv_key(int direction, const Conv2DGeometry& g, std::int64_t O, std::int64_t G, bool bias, bool relu = false) {
   return {{direction, g.batch, g.channels, g.height, g.width, g.kernel_h, g.kernel_w, g.stride_y, g.stride_x, g.pad_y,
-           g.pad_x, g.dilate_y, g.dilate_x, g.out_h, g.out_w, O, G, bias ? 1 : 0, onednn_threads()}};
+           g.pad_x, g.dilate_y, g.dilate_x, g.out_h, g.out_w, O, G, bias ? 1 : 0, relu ? 1 : 0, onednn_threads()}};
 }
 
 // A primitive with the layouts it chose for its operands.
@@ -195,11 +209,11 @@ bool onednn_conv_supported(const Conv2DGeometry& g, std::int64_t out_channels, s
 }
 
 void onednn_conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
-                   Tensor& y) {
+                   bool relu, Tensor& y) {
   const ConvDims d(g, W.size(0), groups);
   const bool with_bias = b.defined();
-  const ConvPrimitive p = cached(conv_key(0, g, W.size(0), groups, with_bias), [&] {
-    const auto pd = make_forward(d, with_bias);
+  const ConvPrimitive p = cached(conv_key(0, g, W.size(0), groups, with_bias, relu), [&] {
+    const auto pd = make_forward(d, with_bias, relu);
     return ConvPrimitive{dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(),
                          pd.scratchpad_desc()};
   });
@@ -263,7 +277,7 @@ void onednn_conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGe
 
 bool onednn_conv_supported(const Conv2DGeometry&, std::int64_t, std::int64_t, DType) { return false; }
 
-void onednn_conv2d(const Tensor&, const Tensor&, const Tensor&, const Conv2DGeometry&, std::int64_t, Tensor&) {
+void onednn_conv2d(const Tensor&, const Tensor&, const Tensor&, const Conv2DGeometry&, std::int64_t, bool, Tensor&) {
   TANDEM_CHECK(false, "conv2d: this build has no oneDNN");
 }
 void onednn_conv2d_grad_input(const Tensor&, const Tensor&, const Conv2DGeometry&, std::int64_t, Tensor&) {

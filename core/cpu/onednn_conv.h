@@ -18,8 +18,9 @@ bool onednn_conv_supported(const Conv2DGeometry& g, std::int64_t out_channels, s
 
 // The three directions, with the CPU backend's contracts (y, gx and gW overwritten). Only when
 // onednn_conv_supported.
+// With relu, y = max(conv + b, 0): oneDNN's eltwise post-op, inside the primitive.
 void onednn_conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
-                   Tensor& y);
+                   bool relu, Tensor& y);
 void onednn_conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
                               Tensor& gx);
 void onednn_conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,

@@ -136,7 +136,7 @@ Tensor col2im(const Tensor& col, const Shape& x_shape, std::int64_t kernel_h, st
   return x;
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DParams& params) {
+Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DParams& params, bool relu) {
   const char* op = "conv2d";
   check_conv_operands(x, W, b, op);
   const ConvPlan plan = plan_conv(x.shape(), x.description(), W.shape(), W.description(), params, op);
@@ -146,7 +146,9 @@ Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DPar
   }
   Tensor y({plan.N, plan.O, plan.g.out_h, plan.g.out_w}, x.dtype(), x.device());
   if (y.numel() == 0) return y;
-  backend_for(x.device(), op).conv2d(x, W, b, plan.g, plan.G, y);
+  Backend& backend = backend_for(x.device(), op);
+  if (relu) backend.conv2d_relu(x, W, b, plan.g, plan.G, y);
+  else backend.conv2d(x, W, b, plan.g, plan.G, y);
   return y;
 }
 

@@ -64,8 +64,9 @@ Tensor col2im(const Tensor& col, const Shape& x_shape, std::int64_t kernel_h, st
               const Conv2DParams& params = {}, bool cover_all = false);
 
 // y [N, out_c, out_h, out_w] = conv(x [N, C, H, W], W [out_c, C / groups, kh, kw]) + b [out_c]
-// (b may be undefined). Floating dtypes only; x, W and b share dtype and device.
-Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DParams& params = {});
+// (b may be undefined). Floating dtypes only; x, W and b share dtype and device. With relu,
+// y = max(that, 0) (Backend::conv2d_relu: on the CPU's oneDNN path inside the primitive).
+Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DParams& params = {}, bool relu = false);
 // The gradient of conv2d with respect to x (of shape x_shape), given gy and W.
 Tensor conv2d_grad_input(const Tensor& gy, const Tensor& W, const Shape& x_shape, const Conv2DParams& params = {});
 // The gradient of conv2d with respect to W (of shape w_shape), given x and gy.

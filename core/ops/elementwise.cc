@@ -110,6 +110,10 @@ Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x, "tanh", true); }
 Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x, "sigmoid", true); }
 Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x, "sqrt", true); }
 Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x, "relu", false); }
+void relu_(Tensor& x) {
+  check_numeric(x, "relu_");
+  backend_for(x.device(), "relu_").unary(UnaryOp::relu, x, x, 0, 0);  // element i reads only element i
+}
 Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x, "gelu", true); }
 Tensor leaky_relu(const Tensor& x, double slope) { return unary(UnaryOp::leaky_relu, x, "leaky_relu", false, slope); }
 Tensor clip(const Tensor& x, double low, double high) {

@@ -61,6 +61,9 @@ Tensor greater_equal(const Tensor& a, double b);
 // cond ? a : b, element-wise; cond is bool; all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
+// In place: x = max(x, 0). For an output nothing else can see yet (functions::relu of a
+// temporary, autograd/functions/activation.h), which then needs no second buffer.
+void relu_(Tensor& x);
 // In place: dst += src (src broadcast to dst's shape). Used to accumulate gradients.
 void add_(Tensor& dst, const Tensor& src);
 // dst = src / divisor, written into dst's memory (e.g. a view of a larger buffer): one pass, where

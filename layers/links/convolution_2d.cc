@@ -37,7 +37,8 @@ Variable Convolution2D::forward(const Variable& x) {
     TANDEM_CHECK(x.dim() == 4, "Convolution2D: input must be [N, C, H, W], got ", x.description());
     initialize_W(x.shape()[1]);
   }
-  return functions::convolution_2d(x, param("W"), options_.nobias ? Variable() : param("b"), options_.conv);
+  return functions::convolution_2d(x, param("W"), options_.nobias ? Variable() : param("b"), options_.conv,
+                                   options_.activation);
 }
 
 }  // namespace tandem

@@ -16,6 +16,9 @@ struct Convolution2DOptions {
   initializers::Initializer initialW;      // default: LeCun normal
   initializers::Initializer initial_bias;  // default: zeros
   DType dtype = DType::f32;
+  // Applied to the output by the convolution itself (functions::convolution_2d's activation):
+  // relu runs inside oneDNN's primitive on the CPU.
+  functions::Activation activation = functions::Activation::none;
 
   // Square kernel with the same stride and pad on both axes.
   static Convolution2DOptions make(std::int64_t ksize, std::int64_t stride = 1, std::int64_t pad = 0) {

@@ -33,7 +33,7 @@ Variable Linear::forward(const Variable& x) {
     TANDEM_CHECK(x.dim() >= 2, "Linear: input must be [N, features...], got ", x.description());
     initialize_W(shape_numel(Shape(x.shape().begin() + 1, x.shape().end())));
   }
-  return functions::linear(x, param("W"), options_.nobias ? Variable() : param("b"));
+  return functions::linear(x, param("W"), options_.nobias ? Variable() : param("b"), options_.activation);
 }
 
 Variable forward_last_axis(Link& link, const Variable& x) {

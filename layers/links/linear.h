@@ -2,6 +2,7 @@
 // first forward pass (Chainer's L.Linear(None, n)), or to loading a saved W.
 #pragma once
 
+#include "autograd/functions/fused_activation.h"
 #include "layers/initializers.h"
 #include "layers/link.h"
 
@@ -12,6 +13,9 @@ struct LinearOptions {
   initializers::Initializer initialW;  // default: LeCun normal
   initializers::Initializer initial_bias;  // default: zeros
   DType dtype = DType::f32;
+  // Applied to the output by the same function (functions::linear's activation): relu gives
+  // F::relu(linear(x)) without a second tensor.
+  functions::Activation activation = functions::Activation::none;
 };
 
 class Linear : public Link {

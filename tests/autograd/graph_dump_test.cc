@@ -27,7 +27,10 @@ struct Mlp {
   Variable w2{randn({2, 5}, gen), true}, b2{zeros({2}), true};
   Variable t{from_vector<std::int64_t>({0, 1, 1, 0})};
   VariableNames names{{"l1/W", w1}, {"l1/b", b1}, {"l2/W", w2}, {"l2/b", b2}};
-  Variable loss() const { return F::softmax_cross_entropy(F::linear(F::relu(F::linear(x, w1, b1)), w2, b2), t); }
+  Variable loss() const {
+    const Variable h = F::linear(x, w1, b1);  // named, so that the ReLU is a function of its own
+    return F::softmax_cross_entropy(F::linear(F::relu(h), w2, b2), t);
+  }
 };
 
 // What the MLP's dump must be, node by node and edge by edge.
@@ -121,13 +124,18 @@ TEST_CASE("graph_dump: the same graph gives the same text, whatever was built be
 TEST_CASE("graph_dump: without names, a variable's own name; several outputs share their graph") {
   Mlp mlp;
   mlp.w1.set_name("W");
-  Variable h = F::relu(F::linear(mlp.x, mlp.w1, mlp.b1));
+  const Variable pre = F::linear(mlp.x, mlp.w1, mlp.b1);
+  Variable h = F::relu(pre);
   const std::string dot = build_computational_graph({F::sum(h), F::mean(h)}).dump();
   CHECK(dot.find("label=\"W\\nf32[5, 3]\"") != std::string::npos);
   CHECK(dot.find("label=\"relu\"") != std::string::npos);
   CHECK(dot.find("label=\"sum\"") != std::string::npos);
   CHECK(dot.find("label=\"mean\"") != std::string::npos);
   CHECK(dot.find("f4 ") == std::string::npos);  // linear, relu, sum, mean: each once
+  // F::relu of a temporary is taken into the linear function: one node.
+  const std::string fused = build_computational_graph({F::relu(F::linear(mlp.x, mlp.w1, mlp.b1))}).dump();
+  CHECK(fused.find("f0 [label=\"linear+relu\", shape=box]") != std::string::npos);
+  CHECK(fused.find("f1 ") == std::string::npos);
   // A leaf asked for by itself is one node, and no edge.
   CHECK(build_computational_graph({mlp.x}).dump() ==
         "digraph graphname {\n  v0 [label=\"f32[4, 3]\", shape=ellipse];\n}\n");

@@ -339,6 +339,10 @@ TEST_CASE("f32 conv2d and its gradients agree on oneDNN, im2col and the measured
     const Tensor gy = uniform(y.shape(), seed++, -1, 1, DType::f64);
     const Tensor gx = conv2d_grad_input(gy, W, c.x, c.p);
     const Tensor gW = conv2d_grad_weight(x, gy, c.w, c.p);
+    // With the ReLU (in place after im2col, a post-op inside oneDNN's primitive): exactly
+    // max(y, 0) in f64, and in f32 max(y, 0) to f32's precision.
+    const Tensor y_relu = maximum(y, 0.0);
+    REQUIRE_VALUES(conv2d(x, W, b, c.p, true), values(y_relu), 0, 0);
     for (const char* mode : {"im2col", "onednn", "auto"}) {
       INFO("TANDEM_CONV=" << mode << " x " << shape_str(c.x) << " W " << shape_str(c.w) << " stride "
                           << c.p.stride_y << "x" << c.p.stride_x << " pad " << c.p.pad_y << "x" << c.p.pad_x
@@ -348,6 +352,9 @@ TEST_CASE("f32 conv2d and its gradients agree on oneDNN, im2col and the measured
       const Tensor y32 = conv2d(x.to(DType::f32), W.to(DType::f32), b32, c.p);
       REQUIRE(y32.dtype() == DType::f32);
       REQUIRE_VALUES(y32, values(y), 1e-4, 1e-5);
+      const Tensor y32_relu = conv2d(x.to(DType::f32), W.to(DType::f32), b32, c.p, true);
+      REQUIRE_VALUES(y32_relu, values(y_relu), 1e-4, 1e-5);
+      REQUIRE(min(y32_relu).item() >= 0);
       REQUIRE_VALUES(conv2d_grad_input(gy.to(DType::f32), W.to(DType::f32), c.x, c.p), values(gx), 1e-4, 1e-5);
       REQUIRE_VALUES(conv2d_grad_weight(x.to(DType::f32), gy.to(DType::f32), c.w, c.p), values(gW), 1e-4, 1e-4);
     }

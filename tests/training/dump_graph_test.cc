@@ -93,7 +93,7 @@ TEST_CASE("DumpGraph writes cg.dot at the first iteration only, with the model's
   CHECK(dot.find("label=\"predictor/l1/W\\nf32[4, 5]\"") != std::string::npos);
   CHECK(dot.find("label=\"predictor/l2/b\\nf32[3]\"") != std::string::npos);
   CHECK(dot.find("label=\"softmax_cross_entropy\"") != std::string::npos);
-  CHECK(dot.find("label=\"relu\"") != std::string::npos);
+  CHECK(dot.find("label=\"linear+relu\"") != std::string::npos);  // F::relu taken into l1
   CHECK(dot.find("label=\"f32[5, 5]\"") != std::string::npos);  // the batch
   // The SVG beside it, where Graphviz is installed.
   if (graphviz_dot().empty())
