@@ -9,8 +9,8 @@
 # bench/train_step_bench with BENCH_ONLY=<family>; LibTorch: its anchor with ANCHOR_THREAD_LIST),
 # and its peak resident set is the kernel's (getrusage of the child: ru_maxrss). What a process
 # holds before any workload differs a lot between the two (LibTorch's libraries are large), so a
-# baseline is measured the same way and subtracted: tandem's benchmark with no family selected,
-# and bench/libtorch_baseline.cpp (the libraries loaded, one tiny step of each kind). One line
+# baseline is measured the same way and subtracted: one tiny step of each kind, the libraries
+# loaded (tandem: the benchmark's BENCH_ONLY=baseline; LibTorch: bench/libtorch_baseline.cpp). One line
 # per measurement, in ../shared/bench's format:
 #   name=peak_rss.<family>.t<n> lib=libtorch peak_mb= baseline_mb= workload_mb=
 #   name=tandem.peak_rss.<family>.t<n> lib=tandem ... workload_mb= ratio=<tandem / libtorch workload>
@@ -60,7 +60,7 @@ EOF
 
 for t in $THREADS; do
   torch_base=$(peak_mb env ANCHOR_THREAD_LIST="$t" "$BASELINE")
-  tandem_base=$(peak_mb env BENCH_ONLY=none BENCH_THREADS="$t" "$TANDEM")
+  tandem_base=$(peak_mb env BENCH_ONLY=baseline BENCH_THREADS="$t" "$TANDEM")
   for family in $FAMILIES; do
     torch_peak=$(peak_mb env ANCHOR_THREAD_LIST="$t" ANCHOR_SCALE=0.2 "$WORK/build/libtorch_$family")
     tandem_peak=$(peak_mb env BENCH_ONLY="$family" BENCH_THREADS="$t" BENCH_SCALE=0.2 "$TANDEM")

@@ -360,12 +360,38 @@ void lstm_benchmarks(const bench::Target& t) {
   }
 }
 
+// BENCH_ONLY=baseline: one tiny step of each kind the benchmarks run (a linear layer, a
+// convolution, an LSTM, backward, an Adam step), nothing timed: what the process holds with its
+// libraries loaded and their kernels made, which bench/peak_memory.sh subtracts from the peaks
+// (as from LibTorch's, with bench/libtorch_baseline.cpp).
+void baseline_step() {
+  auto chain = std::make_shared<Chain>();
+  auto linear = chain->add_link("linear", std::make_shared<Linear>(4, 4));
+  auto conv = chain->add_link("conv", std::make_shared<Convolution2D>(1, 2, Convolution2DOptions::make(3, 1, 1)));
+  auto lstm = chain->add_link("lstm", std::make_shared<NStepLSTM>(1, 4, 4));
+  Adam adam;
+  adam.setup(chain);
+  Generator gen(0);
+  const Variable x(rand_uniform({2, 4}, gen)), image(rand_uniform({1, 1, 4, 4}, gen));
+  const Variables sequences = {Variable(rand_uniform({3, 4}, gen)), Variable(rand_uniform({2, 4}, gen))};
+  adam.update([&] {
+    const F::NStepLSTMResult out = lstm->forward(Variable(), Variable(), sequences);
+    return F::sum(F::relu((*linear)(x))) + F::sum((*conv)(image)) + F::sum(out.ys[0]);
+  });
+}
+
 }  // namespace
 
 int main() {
   try {
+    const char* only = std::getenv("BENCH_ONLY");
+    const bool baseline = only != nullptr && std::strcmp(only, "baseline") == 0;
     for (const bench::Target& t : bench::targets_from_env()) {
       t.apply();
+      if (baseline) {
+        baseline_step();
+        break;
+      }
       if (selected("mlp")) mlp_benchmarks(t);
       if (selected("conv")) {
         conv_benchmarks(t, kTandemMode);
