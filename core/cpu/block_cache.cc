@@ -284,19 +284,9 @@ std::size_t BlockCache::cached_bytes() const {
   return impl_->cached;
 }
 
-std::size_t BlockCache::live_bytes() const {
+BlockCache::Stats BlockCache::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->live;
-}
-
-std::size_t BlockCache::blocks_mapped() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->mapped;
-}
-
-std::size_t BlockCache::peak_live_bytes() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->peak_live;
+  return Stats{impl_->cached, impl_->live, impl_->peak_live, impl_->mapped};
 }
 
 }  // namespace tandem::cpu

@@ -32,11 +32,13 @@ class BlockCache {
   // Frees every cached block (tests; or before handing memory back).
   void clear();
   std::size_t cached_bytes() const;
-  // Bytes in blocks of the cached sizes handed out and not yet freed, now and at most so far.
-  std::size_t live_bytes() const;
-  std::size_t peak_live_bytes() const;
-  // Blocks mapped from the kernel so far (a miss each).
-  std::size_t blocks_mapped() const;
+  struct Stats {
+    std::size_t cached = 0;     // bytes waiting in the cache
+    std::size_t live = 0;       // bytes in blocks of the cached sizes handed out and not yet freed
+    std::size_t peak_live = 0;  // the most `live` has been
+    std::size_t mapped = 0;     // blocks mapped from the kernel so far (a miss each)
+  };
+  Stats stats() const;
   // Lowers the limit to at most `bytes` (freeing what is cached beyond it), unless the user set
   // TANDEM_CPU_CACHE_MB: code that shards memory over ranks (ZeRO) keeps the cache to its
   // working set, since every block the cache keeps stays resident.

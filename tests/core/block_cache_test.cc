@@ -118,25 +118,25 @@ TEST_CASE("sizes no longer asked for go back; a loop that needs more than its li
   for (int i = 0; i < 4; ++i) phase.push_back(cache.allocate(16 * MB));
   for (void* block : phase) cache.deallocate(block, 16 * MB);
   REQUIRE(cache.cached_bytes() == 64 * MB);
-  REQUIRE(cache.peak_live_bytes() >= 64 * MB);
+  REQUIRE(cache.stats().peak_live >= 64 * MB);
   void* big = cache.allocate(40 * MB);
-  REQUIRE(cache.live_bytes() == 40 * MB);
+  REQUIRE(cache.stats().live == 40 * MB);
   REQUIRE(cache.cached_bytes() == 16 * MB);  // three of the four gave way
-  REQUIRE(cache.live_bytes() + cache.cached_bytes() <= cache.peak_live_bytes());
+  REQUIRE(cache.stats().live + cache.cached_bytes() <= cache.stats().peak_live);
   cache.deallocate(big, 40 * MB);
   // A step that needs two 20 MB blocks, then one of 44 MB (a live peak of 44, 84 MB in blocks;
   // 20 MB blocks are too small for the 44 MB one and it too large for them): the first rounds
   // give back and map again, then every block is found cached.
   std::vector<std::size_t> maps;
   for (int step = 0; step < 5; ++step) {
-    const std::size_t before = cache.blocks_mapped();
+    const std::size_t before = cache.stats().mapped;
     void* a = cache.allocate(20 * MB);
     void* b = cache.allocate(20 * MB);
     cache.deallocate(a, 20 * MB);
     cache.deallocate(b, 20 * MB);
     void* c = cache.allocate(44 * MB);
     cache.deallocate(c, 44 * MB);
-    maps.push_back(cache.blocks_mapped() - before);
+    maps.push_back(cache.stats().mapped - before);
   }
   INFO("blocks mapped per step: " << maps[0] << " " << maps[1] << " " << maps[2] << " " << maps[3] << " " << maps[4]);
   CHECK(maps[0] > 0);
@@ -152,23 +152,23 @@ TEST_CASE("a cached block up to twice the size serves a smaller one, and comes b
   constexpr std::size_t MB = std::size_t(1) << 20;  // above every earlier test's sizes
   void* big = cache.allocate(300 * MB);
   cache.deallocate(big, 300 * MB);
-  const std::size_t live = cache.live_bytes();
-  const std::size_t mapped = cache.blocks_mapped();
+  const std::size_t live = cache.stats().live;
+  const std::size_t mapped = cache.stats().mapped;
   void* smaller = cache.allocate(200 * MB);  // no 200 MB block cached: the 300 MB one serves
   REQUIRE(smaller == big);
-  REQUIRE(cache.blocks_mapped() == mapped);
-  REQUIRE(cache.live_bytes() == live + 300 * MB);
+  REQUIRE(cache.stats().mapped == mapped);
+  REQUIRE(cache.stats().live == live + 300 * MB);
   REQUIRE(cache.cached_bytes() == 0);
   static_cast<char*>(smaller)[300 * MB - 1] = 1;  // its whole length is still mapped
   cache.deallocate(smaller, 200 * MB);           // freed with the size it was asked for
   REQUIRE(cache.cached_bytes() == 300 * MB);
-  REQUIRE(cache.live_bytes() == live);
+  REQUIRE(cache.stats().live == live);
   void* again = cache.allocate(300 * MB);  // back under its own size
   REQUIRE(again == big);
   cache.deallocate(again, 300 * MB);
   void* other = cache.allocate(120 * MB);  // less than half: a block of its own
   REQUIRE(other != big);
-  REQUIRE(cache.blocks_mapped() == mapped + 1);
+  REQUIRE(cache.stats().mapped == mapped + 1);
   cache.deallocate(other, 120 * MB);
   cache.clear();
 }
