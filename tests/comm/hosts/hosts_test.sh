@@ -34,8 +34,20 @@ esac
 run() {  # run NAME HOSTS PER_HOST PROGRAM ARGS...: one job into $t/NAME(.txt)
   local name="$1" hosts="$2" per="$3"
   shift 3
-  timeout -k 10 240 "$sim" --hosts "$hosts" --ranks-per-host "$per" -- "$@" > "$t/$name.txt" 2>&1 \
-    || { cat "$t/$name.txt"; fail "$name"; }
+  timeout -k 10 240 "$sim" --hosts "$hosts" --ranks-per-host "$per" -- "$@" > "$t/$name.txt" 2>&1 && return 0
+  # MPICH over UCX's TCP transport sometimes hangs in MPI_Finalize (openucx/ucx#8738; mpi_env.cc
+  # ends such a rank once every message is known received). When every rank of the job hung
+  # there, the process manager reported a bad termination although each rank ended with status
+  # 0 (seen 3 times in 10 runs here on 2026-11-29, in a cluster; 0 in the other 7). That job, and
+  # only that one, runs once more: anything else, or the same twice, fails.
+  if [ "$(grep -c "MPI_Finalize did not return within" "$t/$name.txt")" -ge $((hosts * per)) ] &&
+     grep -q "BAD TERMINATION" "$t/$name.txt" && ! grep -q "ending with status [^0]" "$t/$name.txt"; then
+    echo "note: $name: every rank hung in MPI_Finalize (the known MPICH/UCX TCP hang); running it once more"
+    cp "$t/$name.txt" "$t/$name.first.txt"
+    timeout -k 10 240 "$sim" --hosts "$hosts" --ranks-per-host "$per" -- "$@" > "$t/$name.txt" 2>&1 && return 0
+  fi
+  cat "$t/$name.txt"
+  fail "$name"
 }
 accuracy() {  # accuracy OUT MIN: the last validation accuracy in OUT/log is above MIN
   /usr/bin/python3 - "$1" "$2" <<'PY' || { cat "$1.txt" 2>/dev/null; fail "accuracy of $1"; }
