@@ -204,7 +204,8 @@ class MpiCommunicator : public Communicator {
   // Called now and then while waiting on a peer: throws when the wait can never end.
   void diagnose_wait(const WaitContext& context, double waited_seconds);
   [[noreturn]] void fail_timeout(const WaitContext& context, double waited_seconds);
-  // Whether the peer announced the end of its program (mpi_env.h).
+  // Whether the peer announced the end of its program (mpi_env.h) long enough ago that what it
+  // sent before has arrived.
   bool peer_finished(int peer);
   // "; messages sent and never received: ..." between this rank and a peer that has finished or
   // failed, from the peer's report (traffic_ledger.h); "" when every message was matched.

@@ -31,6 +31,9 @@ bool g_unmatched_at_end = false;  // the report exchange found unreceived messag
 // Never destroyed (read inside MPI_Finalize, which may run from an atexit handler).
 std::map<int, TrafficReport>& g_finished = *new std::map<int, TrafficReport>();
 std::map<int, TrafficReport>& g_failed = *new std::map<int, TrafficReport>();
+// When each finished report was taken here (see seconds_since_finished).
+std::map<int, std::chrono::steady_clock::time_point>& g_finished_at =
+    *new std::map<int, std::chrono::steady_clock::time_point>();
 
 // Receives a report from `peer` on `tag` into `into` if one has arrived.
 bool take_report(int peer, int tag, std::map<int, TrafficReport>& into) {
@@ -286,7 +289,14 @@ int world_size() { return g_world_size; }
 
 const TrafficReport* finished_report(int world_peer) {
   if (g_control == MPI_COMM_NULL) return nullptr;
-  return take_report(world_peer, kFinishedTag, g_finished) ? &g_finished[world_peer] : nullptr;
+  if (!take_report(world_peer, kFinishedTag, g_finished)) return nullptr;
+  g_finished_at.emplace(world_peer, std::chrono::steady_clock::now());
+  return &g_finished[world_peer];
+}
+
+double seconds_since_finished(int world_peer) {
+  if (!finished_report(world_peer)) return -1;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_finished_at.at(world_peer)).count();
 }
 
 int failed_peer() {

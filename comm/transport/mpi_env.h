@@ -43,6 +43,10 @@ inline constexpr int kNeverSentTag = 6;  // probed by the background progress he
 // The report the peer (a world rank) sent when it finished, received now if it has arrived;
 // null while it has not finished.
 const TrafficReport* finished_report(int world_peer);
+// How long ago this rank took that report (-1 while the peer has not finished). What the peer
+// sent on other communicators before it finished may arrive after the report (MPI orders
+// messages only within one communicator): a wait counts its grace from here.
+double seconds_since_finished(int world_peer);
 // The first peer (a world rank) whose failure report has arrived, or -1; and its report.
 int failed_peer();
 const TrafficReport& failed_report(int world_peer);

@@ -135,7 +135,12 @@ void MpiCommunicator::reap_orphans() {
 }
 
 bool MpiCommunicator::peer_finished(int peer) {
-  return comm_detail::finished_report(world_rank_of_[peer]) != nullptr;
+  // A finished peer's last messages on this communicator may still be in flight behind its
+  // report (which travels on the control communicator): a moment's grace, counted from when
+  // the report arrived, before concluding that it left without them. (Counted from the start
+  // of the wait, a rank that had waited long already failed one that arrived in the same
+  // instant as the report.)
+  return comm_detail::seconds_since_finished(world_rank_of_[peer]) >= 0.05;
 }
 
 std::string MpiCommunicator::never_received(const comm_detail::TrafficReport& report, int world_peer) const {
@@ -186,9 +191,6 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
                 ". Each of these ranks waits for a message that the next has not sent, and none can send while it "
                 "waits (a cycle of receives, found without a timeout)");
   }
-  // A finished peer's last messages may still be in flight on this communicator: a moment's
-  // grace before concluding that it left without them.
-  const bool grace_over = waited_seconds >= 0.05;
   if (context.data_phase >= 0) {
     // Every rank passed this collective's header exchange. A peer may well have finished its
     // part and moved on; only one whose next header says it gave this collective up (or that
@@ -200,7 +202,7 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
         TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
                     " gave it up (its wait failed) and has entered ", next->describe());
       }
-      if (grace_over && peer_finished(peer)) {
+      if (peer_finished(peer)) {
         TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " cannot complete: rank ", peer,
                     " has finished (reached MPI_Finalize)",
                     never_received(*comm_detail::finished_report(world_rank_of_[peer]), world_rank_of_[peer]));
@@ -210,7 +212,7 @@ void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_se
     return;
   }
   const int peer = context.peer;
-  if (grace_over && peer_finished(peer)) {
+  if (peer_finished(peer)) {
     TANDEM_FAIL("comm: ", context.operation, " on rank ", rank_, " waits for rank ", peer, ", but rank ", peer,
                 " has finished (reached MPI_Finalize) without ", context.in_collective ? "entering it" : "sending it",
                 "; the ranks' programs do not communicate in matching ways",
