@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cpu/block_cache.h"
 #include "core/cpu/gemm_choice.h"
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/onednn.h"
@@ -66,12 +67,21 @@ memory::desc plain_rhs_desc(std::int64_t n, std::int64_t k, bool tb) {
 }
 
 // A packed right-hand side: the blocked layout one product's primitive asked for, and the copy.
+// The copy lies in a block of the CPU block cache, not in memory oneDNN allocates: inference
+// after training then packs its weights into what the optimizer's state gave back, instead of
+// adding them to the program's peak (the MLP benchmark's peak: see bench/peak_memory.sh).
 struct Packed {
   memory::desc desc;
   int layout;  // the desc's number in Cache::layouts
-  memory data;
+  std::shared_ptr<void> block;
+  memory data;  // on `block`
   std::int64_t bytes;
 };
+
+std::shared_ptr<void> cached_block(std::size_t bytes) {
+  return std::shared_ptr<void>(BlockCache::instance().allocate(bytes),
+                               [bytes](void* block) { BlockCache::instance().deallocate(block, bytes); });
+}
 
 struct RhsKey {
   const void* data;
@@ -226,10 +236,11 @@ bool blocked_layout(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, boo
   return !(*out == plain_rhs_desc(n, k, tb));
 }
 
-// b copied into `desc` (an oneDNN reorder on this thread's stream, its scratchpad this thread's).
-memory pack(const float* b, std::int64_t n, std::int64_t k, bool tb, const memory::desc& desc) {
+// b copied into `desc` at `into` (an oneDNN reorder on this thread's stream, its scratchpad this
+// thread's).
+memory pack(const float* b, std::int64_t n, std::int64_t k, bool tb, const memory::desc& desc, void* into) {
   auto& engine = onednn_engine();
-  memory from(plain_rhs_desc(n, k, tb), engine, const_cast<float*>(b)), to(desc, engine);
+  memory from(plain_rhs_desc(n, k, tb), engine, const_cast<float*>(b)), to(desc, engine, into);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::reorder::primitive_desc pd(engine, from.get_desc(), engine, desc, attr);
@@ -275,7 +286,8 @@ std::int64_t break_even(std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
         const bool blocked = blocked_layout(m, n, k, ta, tb, false, &desc);
         std::vector<double> seconds = {0, 1e9, 1e9};
         if (blocked) {
-          const memory packed = pack(b.data(), n, k, tb, desc);
+          const std::shared_ptr<void> block = cached_block(desc.get_size());
+          const memory packed = pack(b.data(), n, k, tb, desc, block.get());
           const memory::desc a_md({m, k}, memory::data_type::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});
           const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{n, 1});
           const Product p = [&] {
@@ -292,7 +304,7 @@ std::int64_t break_even(std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
                 [&](std::size_t i) {
                   if (i == 0) plain(a.data(), b.data(), c.data(), m, n, k, ta, tb, false);
                   else if (i == 1) run_packed(p, a.data(), a_md, packed, c.data(), c_md);
-                  else pack(b.data(), n, k, tb, desc);
+                  else pack(b.data(), n, k, tb, desc, block.get());
                 },
                 rounds, repeats);
           }
@@ -402,7 +414,8 @@ bool gemm_packed_rhs(const float* a, const Tensor& b, float* c, std::int64_t m, 
     auto made = std::make_shared<Packed>();
     made->desc = desc;
     made->layout = layout;
-    made->data = pack(static_cast<const float*>(key.data), n, k, tb, desc);
+    made->block = cached_block(static_cast<std::size_t>(bytes));
+    made->data = pack(static_cast<const float*>(key.data), n, k, tb, desc, made->block.get());
     made->bytes = bytes;
     e.packed = packed = made;
     cc.bytes += bytes;
