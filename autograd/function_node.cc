@@ -46,6 +46,10 @@ Variables FunctionNode::apply(const Variables& inputs) {
       gather_released_leaves({inputs[i].node()});
     input_data.push_back(inputs[i].data());
     any_requires_grad = any_requires_grad || inputs[i].requires_grad();
+    // A leaf that requires a gradient is a parameter (or an input the user differentiates by):
+    // its products may run on a packed copy while it stays unchanged (core/storage.h).
+    if (inputs[i].requires_grad() && inputs[i].is_leaf() && input_data.back().defined())
+      input_data.back().storage()->mark_weight();
   }
   recording_ = grad_enabled() && (any_requires_grad || always_record());
   // The sequence number is taken before forward runs, so a function that communicates in its

@@ -66,6 +66,14 @@ class Storage {
   std::uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void mark_written();
 
+  // Marks the contents as a weight: a matrix that products will use again unchanged (a model's
+  // parameter, marked by autograd when a function reads it; the LSTM's recurrent matrix across
+  // its time steps). By default only a weight gets a packed copy for its products
+  // (core/cpu/packed_weights.h): a copy of every input batch that a loop happens to use again
+  // (a benchmark cycling over 20 fixed batches) would hold a data set's worth of memory.
+  void mark_weight() { weight_.store(true, std::memory_order_relaxed); }
+  bool weight() const { return weight_.load(std::memory_order_relaxed); }
+
  private:
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
@@ -74,6 +82,7 @@ class Storage {
   bool pinned_ = false;
   bool released_ = false;
   std::atomic<std::uint64_t> version_;
+  std::atomic<bool> weight_{false};
 };
 
 }  // namespace tandem

@@ -124,6 +124,7 @@ class NStepLSTM : public FunctionNode {
       }
       const Tensor Wx = concat({in[layout_.w(l, 0)], in[layout_.w(l, 1)], in[layout_.w(l, 2)], in[layout_.w(l, 3)]}, 0);
       const Tensor Wh = concat({in[layout_.w(l, 4)], in[layout_.w(l, 5)], in[layout_.w(l, 6)], in[layout_.w(l, 7)]}, 0);
+      Wh.storage()->mark_weight();  // every time step's product reads it (a packed copy pays)
       const Tensor bias =
           add(concat({in[layout_.b(l, 0)], in[layout_.b(l, 1)], in[layout_.b(l, 2)], in[layout_.b(l, 3)]}, 0),
               concat({in[layout_.b(l, 4)], in[layout_.b(l, 5)], in[layout_.b(l, 6)], in[layout_.b(l, 7)]}, 0));

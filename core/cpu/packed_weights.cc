@@ -338,6 +338,7 @@ bool gemm_packed_rhs(const float* a, const Tensor& b, float* c, std::int64_t m, 
   const Mode how = mode();
   if (how == Mode::kOff) return false;
   const std::shared_ptr<Storage>& storage = b.storage();
+  if (how == Mode::kAuto && !storage->weight()) return false;  // not followed at all
   const RhsKey key{b.raw_data(), n, k, tb};
   const int threads = onednn_threads();
   const memory::desc a_md({m, k}, memory::data_type::f32, ta ? memory::dims{1, m} : memory::dims{k, 1});

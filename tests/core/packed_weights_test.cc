@@ -242,6 +242,11 @@ TEST_CASE("by default a copy is made only when the measured break-even says it p
   ::unsetenv("TANDEM_PACKED_WEIGHTS");
   cpu::clear_packed_weights();
   const Tensor W = random_tensor({512, 384}, 1), x = random_tensor({64, 384}, 2);
+  // A tensor not marked as a weight is not even followed, however often it serves unchanged.
+  for (int i = 0; i < 40; ++i) require_product(matmul(x, W, false, true), reference(x, W, false, true));
+  REQUIRE(cpu::packed_weight_stats().followed == 0);
+  REQUIRE(cpu::packed_weight_stats().packs == 0);
+  W.storage()->mark_weight();  // what autograd does for a parameter
   for (int i = 0; i < 40; ++i) require_product(matmul(x, W, false, true), reference(x, W, false, true));
   if (!can_pack()) return;
   // The class's line: the products a copy must serve (or "never"), and the figures.

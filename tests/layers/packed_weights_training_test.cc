@@ -122,3 +122,38 @@ TEST_CASE("an LSTM's outputs and gradients equal themselves without packed recur
   require_close(runs[0], runs[1]);
   if (can_pack()) REQUIRE(packed > 0);
 }
+
+// By default only weights get packed copies (core/storage.h: Storage::mark_weight): autograd marks
+// a model's parameters when a function reads them, and the LSTM its recurrent matrix; inputs and
+// activations are never followed, however often a loop uses them again.
+TEST_CASE("autograd marks parameters as weights, not inputs or activations", "[packed]") {
+  ::unsetenv("TANDEM_PACKED_WEIGHTS");
+  manual_seed(7);
+  MLP model;
+  Generator gen(8);
+  const Variable x(randn({16, 64}, gen));
+  for (auto& [name, p] : model.namedparams()) REQUIRE_FALSE(p.data().storage()->weight());
+  Variable y;
+  {
+    NoGradGuard no_grad;  // inference reads the parameters too
+    y = model(x);
+  }
+  for (auto& [name, p] : model.namedparams()) {
+    INFO(name);
+    REQUIRE(p.data().storage()->weight());
+  }
+  REQUIRE_FALSE(x.data().storage()->weight());
+  REQUIRE_FALSE(y.data().storage()->weight());
+  REQUIRE_FALSE(model(x).data().storage()->weight());
+
+  // The LSTM's recurrent matrix is the four gates' matrices joined at every forward: marked there.
+  cpu::clear_packed_weights();
+  NStepLSTM lstm(1, 32, 64);
+  Variables xs;
+  for (std::int64_t length : {6, 4}) xs.push_back(Variable(randn({length, 32}, gen)));
+  {
+    NoGradGuard no_grad;
+    lstm.forward(Variable(), Variable(), xs);
+  }
+  if (can_pack()) REQUIRE(cpu::packed_weight_stats().followed == 1);
+}
