@@ -148,7 +148,10 @@ class NStepLSTM : public FunctionNode {
       hy.push_back(take_rows_trusted(any_empty ? concat({Hs, h0}, 0) : Hs, final_idx, "n_step_lstm"));
       cy.push_back(take_rows_trusted(any_empty ? concat({Cs, c0}, 0) : Cs, final_idx, "n_step_lstm"));
       if (recording()) {
-        for (const Tensor& t : {input, mask, gates, Cs, Hs, h0, c0, Wx, Wh}) saved.push_back(t);
+        // The layer's own weights, not the joined Wx and Wh: those are copies (2 MB a layer at 256
+        // units, held from forward to backward), which backward joins again.
+        for (const Tensor& t : {input, mask, gates, Cs, Hs, h0, c0}) saved.push_back(t);
+        for (std::int64_t j = 0; j < kWeightsPerLayer; ++j) saved.push_back(in[layout_.w(l, j)]);
       }
       input = Hs;
     }
@@ -169,7 +172,14 @@ class NStepLSTM : public FunctionNode {
     const Tensor& unpack_idx = s[1];
     const Tensor& order_idx = s[2];
     const Tensor& rank_idx = s[3];
-    auto layer_saved = [&](std::int64_t l, int k) -> const Tensor& { return s[4 + 9 * l + k]; };
+    constexpr std::int64_t kSavedPerLayer = 7 + kWeightsPerLayer;
+    auto layer_saved = [&](std::int64_t l, std::int64_t k) -> const Tensor& { return s[4 + kSavedPerLayer * l + k]; };
+    // The four gates' weights of one kind joined, as forward used them.
+    auto joined = [&](std::int64_t l, std::int64_t first) {
+      return concat({layer_saved(l, 7 + first), layer_saved(l, 8 + first), layer_saved(l, 9 + first),
+                     layer_saved(l, 10 + first)},
+                    0);
+    };
 
     // The lowest layer that backpropagation has to reach.
     bool any_x = false;
@@ -195,8 +205,8 @@ class NStepLSTM : public FunctionNode {
       const Tensor& Hs = layer_saved(l, 4);
       const Tensor& h0 = layer_saved(l, 5);
       const Tensor& c0 = layer_saved(l, 6);
-      const Tensor& Wx = layer_saved(l, 7);
-      const Tensor& Wh = layer_saved(l, 8);
+      const Tensor Wh = joined(l, 4);
+      Wh.storage()->mark_weight();  // every time step's product reads it
 
       // dh, dc: the gradients of the running state, sorted; a sequence's rows start as its
       // gradient of hy, cy and are first touched at its last step.
@@ -246,7 +256,7 @@ class NStepLSTM : public FunctionNode {
       }
       // The gradient of this layer's input: the previous layer's hidden states, or xs.
       if (l > lowest || (l == 0 && any_x)) {
-        Tensor ginput = matmul(ggates, Wx);
+        Tensor ginput = matmul(ggates, joined(l, 0));
         if (mask.defined()) ginput = mul(ginput, mask);
         if (l > 0) {
           gHs = ginput;
