@@ -5,8 +5,17 @@
 //                                              echoing from it): tandem's memory pattern, without allocating
 //   tandem.mpi.pingpong.<size>                 Communicator::send / Communicator::recv (recv allocates)
 //   tandem.fn.pingpong.<size>                  F::send / F::recv, forward only, graph recording on
-//   mpi.<allreduce|allgather|bcast|alltoall>.<1MB|16MB>   raw MPI, as ../shared/bench/mpi_collectives.cpp
+//   mpi.<allreduce|allgather|bcast|alltoall>.<4B|4KB|1MB|16MB>   raw MPI, as ../shared/bench/mpi_collectives.cpp
+//                                              (which times 1 MB and 16 MB; 4 B and 4 KB here for the small
+//                                              collectives' overhead; alltoall at 4 B moves one element to
+//                                              each rank)
 //   tandem.mpi.<op>.<size>                     the communicator's collective (results allocated per call)
+//   mpi.bcast_protocol.<size>                  raw MPI doing what tandem's bcast does on up to 3 ranks with a
+//                                              tensor of more than 4 KB (the
+//                                              root's payload and every rank's header sent at once, headers
+//                                              probed and received, the payload received into a new tensor
+//                                              once it shows): what the checked protocol itself costs, apart
+//                                              from tandem's bookkeeping; ratio= against mpi.bcast
 // Methodology of the reference programs: a ping-pong sample is R round trips (R = 16 MiB / size,
 // clamped to [1, 1000]), one-way time = sample / 2R, 2 warm-up samples, median of 20 samples (10
 // from 16 MB on); a collective iteration follows a barrier, its time is the max over ranks, 3
@@ -19,6 +28,8 @@
 //
 //   bazel build //bench:comm_bench && OMP_WAIT_POLICY=PASSIVE /usr/bin/mpiexec.mpich -n 2 bazel-bin/bench/comm_bench
 //   BENCH_ONLY=p2p (or coll): a subset.  BENCH_SCALE=2: twice the timed samples (never below 3).
+//   BENCH_COLL_SIZES=4096,65536,1048576: the collectives at these sizes in bytes (default 4 B, 4 KB,
+//   1 MB and 16 MB; up to 16 MB); BENCH_COLL_OPS=bcast,alltoall: only these collectives.
 //   Through ../shared/bench's runq (build it from runq.cpp) every line gets noise=.
 #include <mpi.h>
 #include <sys/resource.h>
@@ -208,10 +219,86 @@ void pingpong(const Context& c) {
 
 // --- collectives -----------------------------------------------------------------------------
 
+// "4KB", "1MB", or the byte count.
+std::string size_label(std::size_t bytes) {
+  if (bytes >= (std::size_t(1) << 20) && bytes % (std::size_t(1) << 20) == 0)
+    return std::to_string(bytes >> 20) + "MB";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + "KB";
+  return std::to_string(bytes) + "B";
+}
+
+// BENCH_COLL_SIZES, else 4 B, 4 KB, 1 MB and 16 MB.
+std::vector<std::size_t> collective_sizes(std::size_t max_bytes) {
+  std::vector<std::size_t> sizes;
+  if (const char* text = std::getenv("BENCH_COLL_SIZES")) {
+    std::string list = text;
+    for (std::size_t at = 0; at < list.size();) {
+      const std::size_t comma = std::min(list.find(',', at), list.size());
+      const std::size_t bytes = std::stoul(list.substr(at, comma - at));
+      if (bytes < sizeof(float) || bytes > max_bytes) {
+        std::fprintf(stderr, "BENCH_COLL_SIZES: %zu bytes is outside [4, %zu]\n", bytes, max_bytes);
+        std::exit(2);
+      }
+      sizes.push_back(bytes);
+      at = comma + 1;
+    }
+    return sizes;
+  }
+  return {4, 4096, std::size_t(1) << 20, std::size_t(16) << 20};
+}
+
+// tandem's bcast protocol for up to 3 ranks (MpiCommunicator::bcast_checked), in raw MPI and
+// without tandem's bookkeeping: the root sends the payload to every peer with its header, every
+// rank sends its header to every peer, takes every peer's (MPI_Improbe + MPI_Mrecv), and a
+// receiver receives the payload into a new tensor (sized by the message) once it shows.
+// Checks nothing: it measures what the messages cost.
+void bcast_protocol_in_raw_mpi(const float* sb, int count, int rank, int np, MPI_Comm comm) {
+  constexpr int kHeaderTag = 5, kPayloadTag = 6;
+  char header_out[64] = {0}, header_in[64];
+  std::vector<MPI_Request> sends;
+  if (rank == 0) {
+    for (int peer = 1; peer < np; ++peer) {
+      sends.emplace_back();
+      MPI_Isend(sb, count * int(sizeof(float)), MPI_BYTE, peer, kPayloadTag, comm, &sends.back());
+    }
+  }
+  Tensor y;
+  MPI_Request payload = MPI_REQUEST_NULL;
+  auto look_for_payload = [&] {
+    int found = 0;
+    MPI_Message message;
+    MPI_Status status;
+    MPI_Improbe(0, kPayloadTag, comm, &found, &message, &status);
+    if (!found) return false;
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    y = Tensor({std::int64_t(bytes / sizeof(float))}, DType::f32);
+    MPI_Imrecv(y.raw_data(), bytes, MPI_BYTE, &message, &payload);
+    return true;
+  };
+  bool have_payload = rank == 0 || look_for_payload();
+  for (int peer = 0; peer < np; ++peer) {
+    if (peer == rank) continue;
+    sends.emplace_back();
+    MPI_Isend(header_out, sizeof header_out, MPI_BYTE, peer, kHeaderTag, comm, &sends.back());
+  }
+  for (int peer = 0; peer < np; ++peer) {
+    if (peer == rank) continue;
+    for (int found = 0; !found;) {
+      MPI_Message message;
+      MPI_Improbe(peer, kHeaderTag, comm, &found, &message, MPI_STATUS_IGNORE);
+      if (found) MPI_Mrecv(header_in, sizeof header_in, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      else if (!have_payload) have_payload = look_for_payload();
+    }
+  }
+  while (!have_payload) have_payload = look_for_payload();
+  MPI_Waitall(int(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  MPI_Wait(&payload, MPI_STATUS_IGNORE);
+}
+
 void collectives(const Context& c) {
-  const std::size_t sizes[] = {std::size_t(1) << 20, std::size_t(16) << 20};
-  const char* labels[] = {"1MB", "16MB"};
   const std::size_t maxb = std::size_t(16) << 20;
+  const std::vector<std::size_t> sizes = collective_sizes(maxb);
   const int np = c.np;
   Communicator& comm = *c.comm;
   // The reference's buffers, as tensors: raw MPI works on their memory, tandem on views of them.
@@ -225,6 +312,7 @@ void collectives(const Context& c) {
     double bus;  // busbw factor, as mpi_collectives.cpp (nccl-tests)
     std::function<void(int count)> raw;
     std::function<void(const Tensor& x, const std::vector<Tensor>& pieces)> tandem;
+    std::function<void(int count)> protocol;  // tandem's protocol in raw MPI (where written)
   };
   const std::vector<Op> ops = {
       {"allreduce", 2.0 * (np - 1) / np,
@@ -234,32 +322,42 @@ void collectives(const Context& c) {
        [&](int n) { MPI_Allgather(sb, n, MPI_FLOAT, rb, n, MPI_FLOAT, MPI_COMM_WORLD); },
        [&](const Tensor& x, const std::vector<Tensor>&) { std::vector<Tensor> ys = comm.allgather(x); }},
       {"bcast", 1.0, [&](int n) { MPI_Bcast(sb, n, MPI_FLOAT, 0, MPI_COMM_WORLD); },
-       [&](const Tensor& x, const std::vector<Tensor>&) { Tensor y = comm.bcast(x, 0); }},
+       [&](const Tensor& x, const std::vector<Tensor>&) { Tensor y = comm.bcast(x, 0); },
+       [&](int n) {
+         if (np <= 3) bcast_protocol_in_raw_mpi(sb, n, c.rank, np, MPI_COMM_WORLD);
+       }},
       {"alltoall", double(np - 1) / np,
        [&](int n) { MPI_Alltoall(sb, n / np, MPI_FLOAT, rb, n / np, MPI_FLOAT, MPI_COMM_WORLD); },
        [&](const Tensor&, const std::vector<Tensor>& pieces) { std::vector<Tensor> ys = comm.alltoall(pieces); }},
   };
 
+  const char* only_ops = std::getenv("BENCH_COLL_OPS");
   for (const Op& op : ops) {
-    for (int si = 0; si < 2; ++si) {
-      const std::size_t bytes = sizes[si];
-      const int count = static_cast<int>(bytes / sizeof(float));
-      const int warm = 3, iters = bench::scaled(si == 0 ? 200 : 30);
+    if (only_ops && !std::strstr(only_ops, op.name)) continue;
+    const int variants = op.protocol && np <= 3 ? 3 : 2;  // raw, tandem, protocol
+    for (const std::size_t bytes : sizes) {
+      const std::string label = size_label(bytes);
+      // alltoall: at least one element to each rank.
+      const int count = std::max<int>(static_cast<int>(bytes / sizeof(float)), std::string(op.name) == "alltoall" ? np : 1);
+      const std::size_t moved = std::size_t(count) * sizeof(float);  // bytes_per_rank
+      const int warm = 3, iters = bench::scaled(bytes <= (std::size_t(1) << 20) ? 200 : 30);
       const Tensor x = sbt.slice_rows(0, count);
       std::vector<Tensor> pieces;  // alltoall: count / np elements to each peer
       const std::int64_t piece = count / np;
       for (int r = 0; r < np; ++r) pieces.push_back(sbt.slice_rows(r * piece, (r + 1) * piece));
 
-      std::vector<double> t[2], tmax[2];
-      long faults[2] = {0, 0};
+      std::vector<double> t[3], tmax[3];
+      long faults[3] = {0, 0, 0};
       for (int i = 0; i < warm + iters; ++i) {
-        for (int k = 0; k < 2; ++k) {
-          const int v = i % 2 ? 1 - k : k;  // raw first, then tandem first
+        for (int k = 0; k < variants; ++k) {
+          // Each variant goes first, in the middle and last in turn (with two: raw first, then tandem).
+          const int v = variants == 2 ? (i % 2 ? 1 - k : k) : (i + k) % variants;
           const long f0 = minor_faults();
           MPI_Barrier(MPI_COMM_WORLD);
           const double t0 = MPI_Wtime();
           if (v == 0) op.raw(count);
-          else op.tandem(x, pieces);
+          else if (v == 1) op.tandem(x, pieces);
+          else op.protocol(count);
           const double dt = (MPI_Wtime() - t0) * 1e3;
           if (i >= warm) {
             t[v].push_back(dt);
@@ -268,23 +366,31 @@ void collectives(const Context& c) {
         }
       }
       for (long& f : faults) f = max_over_ranks(f);
-      for (int v = 0; v < 2; ++v) {
+      for (int v = 0; v < variants; ++v) {
         tmax[v].resize(iters);
         MPI_Reduce(t[v].data(), tmax[v].data(), iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       }
       if (c.rank == 0) {
         const bench::Stats raw = bench::summarize(tmax[0]), tan = bench::summarize(tmax[1]);
-        const double algbw_raw = bytes / (raw.median_ms * 1e-3) / 1e9, algbw_tan = bytes / (tan.median_ms * 1e-3) / 1e9;
+        const double algbw_raw = moved / (raw.median_ms * 1e-3) / 1e9, algbw_tan = moved / (tan.median_ms * 1e-3) / 1e9;
         std::printf(
             "name=mpi.%s.%s lib=%s ranks=%d bytes_per_rank=%zu iters=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f "
             "algbw_GBps=%.3f busbw_GBps=%.3f\n",
-            op.name, labels[si], c.lib.c_str(), np, bytes, raw.iters, raw.median_ms, raw.min_ms, raw.max_ms, algbw_raw,
+            op.name, label.c_str(), c.lib.c_str(), np, moved, raw.iters, raw.median_ms, raw.min_ms, raw.max_ms, algbw_raw,
             algbw_raw * op.bus);
         std::printf(
             "name=tandem.mpi.%s.%s %s bytes_per_rank=%zu iters=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f "
             "algbw_GBps=%.3f busbw_GBps=%.3f ratio=%.3f minflt_per_op=%.1f raw_minflt_per_op=%.1f\n",
-            op.name, labels[si], c.tandem.c_str(), bytes, tan.iters, tan.median_ms, tan.min_ms, tan.max_ms, algbw_tan,
+            op.name, label.c_str(), c.tandem.c_str(), moved, tan.iters, tan.median_ms, tan.min_ms, tan.max_ms, algbw_tan,
             algbw_tan * op.bus, tan.median_ms / raw.median_ms, double(faults[1]) / iters, double(faults[0]) / iters);
+        if (variants == 3) {
+          const bench::Stats pro = bench::summarize(tmax[2]);
+          std::printf(
+              "name=mpi.%s_protocol.%s lib=%s ranks=%d bytes_per_rank=%zu iters=%d median_ms=%.4f min_ms=%.4f "
+              "max_ms=%.4f ratio=%.3f tandem_over_protocol=%.3f\n",
+              op.name, label.c_str(), c.lib.c_str(), np, moved, pro.iters, pro.median_ms, pro.min_ms, pro.max_ms,
+              pro.median_ms / raw.median_ms, tan.median_ms / pro.median_ms);
+        }
         std::fflush(stdout);
       }
     }

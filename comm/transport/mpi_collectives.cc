@@ -115,6 +115,41 @@ void divide(Tensor& y, int size) {
   }
 }
 
+// Whether every header carries its sender's tensor (kFlagInlinePayload): then the collective's
+// data has all arrived with the headers, and every rank, seeing the same headers, skips the
+// data phase alike.
+bool all_inline(const std::vector<comm_detail::MessageHeader>& all) {
+  for (const comm_detail::MessageHeader& header : all)
+    if (!header.has_flag(comm_detail::kFlagInlinePayload)) return false;
+  return true;
+}
+
+template <typename T>
+void add_elements(char* into, const char* from, std::int64_t n) {
+  // from lies inside a received message, not necessarily aligned for T.
+  for (std::int64_t i = 0; i < n; ++i) {
+    T a, b;
+    std::memcpy(&a, into + i * sizeof(T), sizeof(T));
+    std::memcpy(&b, from + i * sizeof(T), sizeof(T));
+    a += b;
+    std::memcpy(into + i * sizeof(T), &a, sizeof(T));
+  }
+}
+
+// into += from, elementwise (the dtypes MPI sums: see mpi_type).
+void add_into(void* into, const void* from, std::int64_t n, DType dtype) {
+  char* out = static_cast<char*>(into);
+  const char* in = static_cast<const char*>(from);
+  switch (dtype) {
+    case DType::f32: return add_elements<float>(out, in, n);
+    case DType::f64: return add_elements<double>(out, in, n);
+    case DType::i32: return add_elements<std::int32_t>(out, in, n);
+    case DType::i64: return add_elements<std::int64_t>(out, in, n);
+    case DType::boolean: break;
+  }
+  TANDEM_FAIL("comm: internal error: no sum of ", dtype_name(dtype), " tensors");
+}
+
 std::uint64_t shapes_digest(const std::vector<Tensor>& xs) {
   Fnv1a64 h;  // over ndim and extents
   for (const Tensor& x : xs) {
@@ -194,8 +229,14 @@ void MpiCommunicator::check_usable() const {
                "; create a new communicator (or end the job)");
 }
 
+bool MpiCommunicator::inlines(const Tensor& x) const {
+  return inline_collectives_ && size_ > 1 && x.device().is_cpu() && x.nbytes() <= kInlineCollectiveBytes &&
+         x.nbytes() * static_cast<std::size_t>(size_ - 1) <= kInlineCollectiveTotal;
+}
+
 std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& header_for, std::vector<Header>& all,
-                                          std::vector<MPI_Request>& requests, KeepAlive& keep_alive) {
+                                          std::vector<MPI_Request>& requests, KeepAlive& keep_alive,
+                                          const InlineData* inline_data) {
   check_usable();
   const std::int64_t sequence = collective_sequence_++;
   const bool abandoned_previous = collective_open_;
@@ -227,7 +268,16 @@ std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& hea
   std::vector<std::vector<char>>& buffers = *shared_buffers;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    comm_detail::encode_header(finish(header_for(peer)), buffers[peer]);
+    const Header header = finish(header_for(peer));
+    const bool carries = header.has_flag(comm_detail::kFlagInlinePayload);
+    TANDEM_CHECK(!carries || inline_data, "comm: internal error: a header announces an inline payload that nobody gave");
+    const Tensor* x = !carries ? nullptr : inline_data->per_peer ? &(*inline_data->per_peer)[peer] : inline_data->to_all;
+    buffers[peer].reserve(comm_detail::encoded_header_size(header) + (x ? x->nbytes() : 0));
+    comm_detail::encode_header(header, buffers[peer]);
+    if (x) {
+      const char* bytes = static_cast<const char*>(x->raw_data());
+      buffers[peer].insert(buffers[peer].end(), bytes, bytes + x->nbytes());
+    }
     requests.emplace_back();
     check_mpi(MPI_Isend(buffers[peer].data(), static_cast<int>(buffers[peer].size()), MPI_BYTE, peer, kCollectiveTag,
                         comm_, &requests.back()),
@@ -237,10 +287,14 @@ std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& hea
   return sequence;
 }
 
-bool MpiCommunicator::take_header(int peer, const WaitContext* blocking, Header& out) {
+bool MpiCommunicator::take_header(int peer, const WaitContext* blocking, Header& out, std::vector<char>* message,
+                                  std::size_t* offset) {
   auto early = early_collective_headers_.find(peer);
   if (early != early_collective_headers_.end() && !early->second.empty()) {
-    out = early->second.front();
+    ArrivedHeader& arrived = early->second.front();
+    out = std::move(arrived.header);
+    if (message) *message = std::move(arrived.message);
+    if (offset) *offset = arrived.payload_at;
     early->second.pop_front();
     return true;
   }
@@ -250,25 +304,33 @@ bool MpiCommunicator::take_header(int peer, const WaitContext* blocking, Header&
   } else if (!try_receive(peer, kCollectiveTag, bytes)) {
     return false;
   }
-  out = comm_detail::decode_header(bytes.data(), bytes.size(), peer).header;
+  comm_detail::DecodedMessage decoded = comm_detail::decode_header(bytes.data(), bytes.size(), peer);
+  out = std::move(decoded.header);
+  if (offset) *offset = decoded.header_bytes;
+  if (message) *message = std::move(bytes);
   return true;
 }
 
 std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std::function<Header(int)>& header_for,
-                                                                       bool same_shape) {
+                                                                       bool same_shape, InlineData* inline_data) {
   // Started collectives whose headers are still on their way come first: their headers were
   // sent before this one's.
   complete_started_headers();
   std::vector<Header> all;
   std::vector<MPI_Request> requests;
   KeepAlive keep_alive;
-  post_headers(header_for, all, requests, keep_alive);
+  post_headers(header_for, all, requests, keep_alive, inline_data);
+  if (inline_data) {
+    inline_data->messages.assign(size_, std::vector<char>());
+    inline_data->offsets.assign(size_, 0);
+  }
   const Header& own = all[rank_];
   const auto operation = [&own] { return own.describe(); };
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const WaitContext context{comm_detail::LazyText(operation), peer, true};
-    take_header(peer, &context, all[peer]);
+    if (inline_data) take_header(peer, &context, all[peer], &inline_data->messages[peer], &inline_data->offsets[peer]);
+    else take_header(peer, &context, all[peer]);
   }
   wait_all(requests, WaitContext{comm_detail::LazyText(operation), rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
   apply_verdict(all, same_shape);
@@ -292,8 +354,8 @@ void MpiCommunicator::discard_eager_data(const std::vector<Header>& all) {
   for (int peer = 0; peer < size_; ++peer) {
     const Header& h = all[peer];
     if (peer == rank_ || !h.has_data_flag(comm_detail::kDataEager) || h.payload_bytes == 0 ||
-        h.payload_bytes > static_cast<std::uint64_t>(INT_MAX))
-      continue;
+        h.payload_bytes > static_cast<std::uint64_t>(INT_MAX) || h.has_flag(comm_detail::kFlagInlinePayload))
+      continue;  // (an inline piece came inside the header)
     sink->emplace_back(h.payload_bytes);
     requests.emplace_back();
     check_mpi(MPI_Irecv(sink->back().data(), static_cast<int>(h.payload_bytes), MPI_BYTE, peer, kEagerDataTag, comm_,
@@ -360,6 +422,11 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   if (is_root) check_defined(x, operation);
   Header mine = collective_header(OpKind::bcast, root, is_root ? &x : nullptr);
   mine.digest = digest;
+  // A small tensor travels inside the root's headers; every receiver keeps what they carry.
+  const bool small = is_root && inlines(x);
+  if (small) mine.flags |= comm_detail::kFlagInlinePayload;
+  InlineData carried;
+  carried.to_all = &x;
   // Device transport: the root's copy before the exchange, the others' buffers (sized by the
   // root's header) inside the device phase (see run_device_phase).
   Tensor buffer = is_root ? transport_copy(x) : Tensor();
@@ -367,7 +434,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   // the root's header tells the others (kDataEager), so every rank takes the same path.
   std::vector<MPI_Request> eager_sends;
   KeepAlive eager_keep;
-  if (is_root && eager_data_ && size_ <= kEagerBcastRanks && !hierarchical_ && !moves_on_device(x) &&
+  if (is_root && !small && eager_data_ && size_ <= kEagerBcastRanks && !hierarchical_ && !moves_on_device(x) &&
       x.nbytes() > 0 && x.nbytes() <= static_cast<std::size_t>(INT_MAX)) {
     const Tensor send = comm_detail::host_for_mpi(x);
     eager_keep.push_back(send.storage());
@@ -382,7 +449,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   }
   std::vector<Header> all;
   try {
-    all = exchange_headers([&](int) { return mine; }, false);
+    all = exchange_headers([&](int) { return mine; }, false, &carried);
   } catch (...) {
     // On a disagreement the peers discard the payload (the same verdict everywhere); otherwise
     // the job is ending. Either way the sends complete later, their buffer kept until then.
@@ -390,6 +457,13 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     throw;
   }
   const Header& from_root = all[root];
+  if (from_root.has_flag(comm_detail::kFlagInlinePayload)) {
+    collective_open_ = false;  // no data phase: the tensor came with the root's header
+    if (is_root) return x;
+    Tensor y = comm_detail::host_buffer(from_root.shape, from_root.dtype, landing(from_root));
+    if (y.nbytes() > 0) std::memcpy(y.raw_data(), carried.payload(root), y.nbytes());
+    return y.to(landing(from_root));
+  }
   if (from_root.has_data_flag(comm_detail::kDataEager)) {
     if (is_root) {
       finish_collective(eager_sends, operation, std::move(eager_keep));
@@ -537,9 +611,12 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root, CallSit
 std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
   FlightCall flight(*this, site);
   check_defined(x, "allgather");
-  const Header mine = collective_header(OpKind::allgather, -1, &x);
+  Header mine = collective_header(OpKind::allgather, -1, &x);
+  if (inlines(x)) mine.flags |= comm_detail::kFlagInlinePayload;
+  InlineData carried;
+  carried.to_all = &x;
   const Tensor staged = transport_copy(x);  // before the exchange (see run_device_phase)
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false, &carried);
   std::vector<int> counts(size_), displacements(size_);
   std::vector<Shape> shapes(size_);
   std::size_t total = 0;
@@ -549,6 +626,17 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
     shapes[r] = all[r].shape;
     numel += shape_numel(shapes[r]);
     equal = equal && all[r].payload_bytes == all[0].payload_bytes;
+  }
+  if (all_inline(all)) {  // every rank's tensor came with its header
+    collective_open_ = false;
+    Tensor flat({numel}, x.dtype());
+    char* into = static_cast<char*>(flat.raw_data());
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t bytes = all[r].payload_bytes;
+      if (bytes > 0) std::memcpy(into, r == rank_ ? x.raw_data() : carried.payload(r), bytes);
+      into += bytes;
+    }
+    return split_flat(flat, shapes);
   }
   if (on_device(all)) {
     Tensor flat;
@@ -733,9 +821,23 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
   const std::vector<Tensor> hosts = on_host(xs);
   std::vector<MPI_Request> requests;
   KeepAlive keep_alive;
+  // Small pieces travel inside the headers instead (each receiver takes what each header
+  // carries, so the choice is the sender's alone).
+  std::vector<bool> inside(size_, false);
+  std::size_t inside_total = 0;
+  for (int peer = 0; peer < size_; ++peer) {
+    const std::size_t bytes = hosts[static_cast<std::size_t>(peer)].nbytes();
+    if (!inline_collectives_ || peer == rank_ || bytes == 0 || bytes > kInlineCollectiveBytes ||
+        inside_total + bytes > kInlineCollectiveTotal)
+      continue;
+    inside[peer] = true;
+    inside_total += bytes;
+  }
+  InlineData carried;
+  carried.per_peer = &hosts;
   for (int peer = 0; peer < size_; ++peer) {
     const Tensor& piece = hosts[static_cast<std::size_t>(peer)];
-    if (peer == rank_ || piece.nbytes() == 0) continue;
+    if (peer == rank_ || piece.nbytes() == 0 || inside[peer]) continue;
     requests.emplace_back();
     check_mpi(MPI_Isend(piece.raw_data(), static_cast<int>(piece.nbytes()), MPI_BYTE, peer, kEagerDataTag, comm_,
                         &requests.back()),
@@ -748,9 +850,10 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
         [&](int peer) {
           Header header = collective_header(kind, -1, &xs[peer]);
           header.data_flags = comm_detail::kDataEager;
+          if (inside[peer]) header.flags |= comm_detail::kFlagInlinePayload;
           return header;
         },
-        false);
+        false, &carried);
     for (int r = 0; r < size_; ++r) {
       if (all[r].has_data_flag(comm_detail::kDataEager)) continue;
       discard_eager_data(all);
@@ -781,6 +884,8 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
     const std::uint64_t bytes = all[r].payload_bytes;
     if (r == rank_) {
       own = into;
+    } else if (all[r].has_flag(comm_detail::kFlagInlinePayload)) {
+      if (bytes > 0) std::memcpy(into, carried.payload(r), bytes);
     } else if (bytes > 0) {
       requests.emplace_back();
       check_mpi(MPI_Irecv(into, checked_int(bytes, operation), MPI_BYTE, r, kEagerDataTag, comm_, &requests.back()),
@@ -806,10 +911,25 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.reduce_op = op == AllreduceOp::mean ? 1 : 0;
   mine.digest = digest;
+  if (inlines(x)) mine.flags |= comm_detail::kFlagInlinePayload;
+  InlineData carried;
+  carried.to_all = &x;
   // Device transport: the copy and the output (of x's shape) before the exchange (see run_device_phase).
   const Tensor staged = transport_copy(x);
   Tensor device_y = staged.defined() ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true);
+  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true, &carried);
+  if (all_inline(all)) {
+    // Every rank's tensor came with its header: each rank sums them in rank order, so all get
+    // the same bits.
+    collective_open_ = false;
+    Tensor y(x.shape(), x.dtype());
+    if (y.nbytes() > 0) {
+      std::memcpy(y.raw_data(), rank_ == 0 ? x.raw_data() : carried.payload(0), y.nbytes());
+      for (int r = 1; r < size_; ++r) add_into(y.raw_data(), r == rank_ ? x.raw_data() : carried.payload(r), y.numel(), y.dtype());
+    }
+    if (op == AllreduceOp::mean) divide(y, size_);
+    return y;
+  }
   if (on_device(all)) {
     run_device_phase(operation, [&] {
       if (device_y.numel() > 0) device_allreduce(staged, device_y);

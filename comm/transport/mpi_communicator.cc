@@ -51,6 +51,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   const char* eager = std::getenv("TANDEM_EAGER_DATA");
   if (!eager) eager = std::getenv("TANDEM_EAGER_ALLTOALL");
   eager_data_ = found && *tag_bound >= kEagerDataTag && !(eager && std::string(eager) == "0");
+  // Small collectives' tensors travel inside their headers; TANDEM_INLINE_COLLECTIVES=0 sends
+  // them after the headers with MPI's collectives (the other path, for comparison and tests).
+  const char* inline_collectives = std::getenv("TANDEM_INLINE_COLLECTIVES");
+  inline_collectives_ = !(inline_collectives && std::string(inline_collectives) == "0");
 
   // Where each peer lives in MPI_COMM_WORLD, to notice when it has finished.
   MPI_Group group, world_group;

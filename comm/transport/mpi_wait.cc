@@ -160,11 +160,15 @@ std::string MpiCommunicator::who(int world_peer) const {
 const MpiCommunicator::Header* MpiCommunicator::early_collective_header(int peer) {
   std::vector<char> bytes;
   if (try_receive(peer, kCollectiveTag, bytes)) {
-    // Kept for the collective this rank may still call (exchange_headers takes it from here).
-    early_collective_headers_[peer].push_back(comm_detail::decode_header(bytes.data(), bytes.size(), peer).header);
+    // Kept for the collective this rank may still call (exchange_headers takes it from here),
+    // with the data it may carry.
+    comm_detail::DecodedMessage decoded = comm_detail::decode_header(bytes.data(), bytes.size(), peer);
+    const bool carries = decoded.header.has_flag(comm_detail::kFlagInlinePayload);
+    early_collective_headers_[peer].push_back(
+        ArrivedHeader{std::move(decoded.header), carries ? std::move(bytes) : std::vector<char>(), decoded.header_bytes});
   }
   auto early = early_collective_headers_.find(peer);
-  return early == early_collective_headers_.end() || early->second.empty() ? nullptr : &early->second.front();
+  return early == early_collective_headers_.end() || early->second.empty() ? nullptr : &early->second.front().header;
 }
 
 void MpiCommunicator::diagnose_wait(const WaitContext& context, double waited_seconds) {

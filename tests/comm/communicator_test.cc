@@ -482,6 +482,68 @@ TEST_CASE("collectives: allreduce sum and mean") {
   check_values(y, {2}, DType::f64, {want, want});
 }
 
+TEST_CASE("collectives: tensors of up to 4 KB inside the headers, larger ones after them, and both in one collective") {
+  // MpiCommunicator::kInlineCollectiveBytes: 1024 f32 travel inside the headers (no data phase),
+  // 1025 after them (MPI's collectives, or the eager pieces); a collective whose ranks pass
+  // both kinds takes the second path on every rank. Run again with TANDEM_INLINE_COLLECTIVES=0
+  // (communicator_test_mpi_collectives), where everything goes the second way.
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  for (const std::int64_t n : {std::int64_t(1024), std::int64_t(1025)}) {
+    INFO(n << " elements");
+    std::vector<double> sum(static_cast<std::size_t>(n), 0);
+    for (int r = 0; r < size; ++r) {
+      const std::vector<double> v = int_pattern(n, r);
+      for (std::int64_t i = 0; i < n; ++i) sum[i] += v[i];
+    }
+    check_values(comm.allreduce(from_values({n}, DType::f32, int_pattern(n, rank))), {n}, DType::f32, sum);
+    check_values(comm.allreduce(from_values({n / 2}, DType::i64, int_pattern(n / 2, rank))), {n / 2}, DType::i64,
+                 std::vector<double>(sum.begin(), sum.begin() + n / 2));
+    for (int root = 0; root < size; ++root)
+      check_made(comm.bcast(rank == root ? make({n}, DType::f32, root) : Tensor(), root), {n}, DType::f32, root);
+    const std::vector<Tensor> gathered = comm.allgather(make({n}, DType::f32, 30 + rank));
+    REQUIRE(static_cast<int>(gathered.size()) == size);
+    for (int r = 0; r < size; ++r) check_made(gathered[r], {n}, DType::f32, 30 + r);
+  }
+  // Mixed: rank r passes 1024 + r % 2 elements, so some ranks' tensors ride in their headers and
+  // some do not.
+  auto length = [](int r) { return std::int64_t(1024 + r % 2); };
+  const std::vector<Tensor> gathered = comm.allgather(make({length(rank)}, DType::f32, 40 + rank));
+  REQUIRE(static_cast<int>(gathered.size()) == size);
+  for (int r = 0; r < size; ++r) check_made(gathered[r], {length(r)}, DType::f32, 40 + r);
+  // alltoall: the pieces for some peers inside the headers, the others beside them.
+  auto piece = [](int from, int to) { return Shape{(from + to) % 2 ? 1025 : 1024}; };
+  std::vector<Tensor> xs;
+  for (int j = 0; j < size; ++j) xs.push_back(make(piece(rank, j), DType::f32, 50 + 10 * rank + j));
+  const std::vector<Tensor> got = comm.alltoall(xs);
+  REQUIRE(static_cast<int>(got.size()) == size);
+  for (int r = 0; r < size; ++r) check_made(got[r], piece(r, rank), DType::f32, 50 + 10 * r + rank);
+  // A disagreement between headers that carry tensors fails everywhere and leaves nothing behind.
+  CHECK_THAT(error_of([&] { comm.allreduce(full({rank == 0 ? 4 : 5}, 1.0)); }), Contains("shapes differ"));
+  check_values(comm.allreduce(full({3}, 1.0 + rank)), {3}, DType::f32,
+               std::vector<double>(3, size * (size + 1) / 2.0));
+}
+
+TEST_CASE("errors: recv while the peer is in a small allreduce fails at once; the allreduce still gets the data its header carried") {
+  // Rank 0's diagnosis takes rank 1's header (with rank 1's tensor inside it) early; the
+  // allreduce rank 0 then enters must use that tensor.
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  comm.barrier();
+  const Tensor x = full({5}, 1.0 + rank, DType::f64);
+  const std::vector<double> want(5, size * (size + 1) / 2.0);
+  if (rank == 0) {
+    comm.send(make({2}, DType::f32, 63), 1, 8);
+    CHECK_THAT(error_of([&] { comm.recv(1, 8); }),
+               Contains("recv (from rank 1, tag 8) on rank 0") && Contains("has entered allreduce f64[5]"));
+    check_values(comm.allreduce(x), {5}, DType::f64, want);
+  } else {
+    check_values(comm.allreduce(x), {5}, DType::f64, want);
+    if (rank == 1) check_made(comm.recv(0, 8), {2}, DType::f32, 63);
+  }
+  comm.barrier();
+}
+
 TEST_CASE("collectives: reduce at every root") {
   Communicator& comm = world();
   const int rank = comm.rank(), size = comm.size();
@@ -1279,21 +1341,48 @@ TEST_CASE("stress: 200 alternating messages of random sizes between ranks 0 and 
 // wait forever: the first rank's next collective says it gave the previous one up, and the
 // late peer fails at once. Its communicator is then unusable for collectives (an MPI
 // collective request stays posted), which a later collective reports instead of mispairing.
+// (8 KB: a tensor small enough to travel inside the headers leaves no transfer to wait for;
+// the next case.)
 TEST_CASE("errors: a collective given up by one rank fails on the late ranks instead of hanging") {
   Communicator& comm = world();
   const int rank = comm.rank();
   CommunicatorPtr scratch = comm.split(0, rank);  // this test breaks it on purpose
   scratch->set_timeout(0.5);
   if (rank == 0) {
-    CHECK_THAT(error_of([&] { scratch->allreduce(full({2}, 1.0)); }), Contains("timed out"));
+    CHECK_THAT(error_of([&] { scratch->allreduce(full({2048}, 1.0)); }), Contains("timed out"));
     CHECK_THAT(error_of([&] { scratch->barrier(); }), Contains("rank 0") );
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     const auto start = std::chrono::steady_clock::now();
-    CHECK_THAT(error_of([&] { scratch->allreduce(full({2}, 1.0)); }),
+    CHECK_THAT(error_of([&] { scratch->allreduce(full({2048}, 1.0)); }),
                Contains("cannot complete") && Contains("rank 0 gave it up"));
     CHECK(seconds_since(start) < 0.45);  // the diagnosis, not this rank's own timeout
     CHECK_THAT(error_of([&] { scratch->barrier(); }), Contains("can run no more collectives"));
+  }
+  comm.barrier();
+}
+
+// The same with a tensor that travels inside the headers: rank 0's header carried its data, so
+// the late ranks have everything the allreduce needs and complete it, with the right sum, while
+// rank 0 has raised its timeout. Nobody hangs and no rank computes a wrong number; rank 0's
+// next collective finds the late ranks' headers of the one it gave up and fails, naming both.
+TEST_CASE("errors: a small collective given up by one rank still completes, correctly, on the late ranks") {
+  const char* inline_setting = std::getenv("TANDEM_INLINE_COLLECTIVES");
+  if (inline_setting && std::string(inline_setting) == "0") return;  // the case above, then
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  CommunicatorPtr scratch = comm.split(0, rank);  // this test leaves rank 0 out of step on purpose
+  scratch->set_timeout(0.5);
+  if (rank == 0) {
+    CHECK_THAT(error_of([&] { scratch->allreduce(full({2}, 1.0)); }), Contains("timed out"));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    check_values(scratch->allreduce(full({2}, 1.0)), {2}, DType::f32, {double(size), double(size)});
+  }
+  comm.barrier();
+  if (rank == 0) {
+    CHECK_THAT(error_of([&] { scratch->barrier(); }),
+               Contains("different") && Contains("rank 1 is in allreduce f32[2]") && Contains("rank 0 is in barrier"));
   }
   comm.barrier();
 }
