@@ -182,7 +182,8 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
     throw bad("a device payload on a message that cannot carry one");
   if (header.data_flags & ~kDataEager) throw bad(detail::concat("unknown data flags ", int(header.data_flags)));
   if (header.has_data_flag(kDataEager) &&
-      !((header.kind == OpKind::alltoall || header.kind == OpKind::alltoallv || header.kind == OpKind::bcast) &&
+      !((header.kind == OpKind::alltoall || header.kind == OpKind::alltoallv || header.kind == OpKind::bcast ||
+         header.kind == OpKind::allgather || header.kind == OpKind::allreduce) &&
         carries_tensor))
     throw bad("eager data on a message that cannot carry it");
   if (header.has_flag(kFlagInlinePayload)) {

@@ -230,7 +230,10 @@ void MpiCommunicator::check_usable() const {
 }
 
 bool MpiCommunicator::inlines(const Tensor& x) const {
-  return inline_collectives_ && size_ > 1 && x.device().is_cpu() && x.nbytes() <= kInlineCollectiveBytes &&
+  // Nothing here may depend on what the peers cannot see in this rank's header (the data's
+  // device, on a communicator that does not move device tensors): ranks that pass the header
+  // check must all take the same path.
+  return inline_collectives_ && size_ > 1 && !moves_on_device(x) && x.nbytes() <= kInlineCollectiveBytes &&
          x.nbytes() * static_cast<std::size_t>(size_ - 1) <= kInlineCollectiveTotal;
 }
 
@@ -425,8 +428,9 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   // A small tensor travels inside the root's headers; every receiver keeps what they carry.
   const bool small = is_root && inlines(x);
   if (small) mine.flags |= comm_detail::kFlagInlinePayload;
+  const Tensor host = small ? comm_detail::host_for_mpi(x) : Tensor();
   InlineData carried;
-  carried.to_all = &x;
+  carried.to_all = &host;
   // Device transport: the root's copy before the exchange, the others' buffers (sized by the
   // root's header) inside the device phase (see run_device_phase).
   Tensor buffer = is_root ? transport_copy(x) : Tensor();
@@ -611,10 +615,20 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root, CallSit
 std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
   FlightCall flight(*this, site);
   check_defined(x, "allgather");
+  // A small communicator: every rank sends its tensor to every peer beside its header (inside
+  // it when small) and receives theirs, the pieces of alltoall (MPICH's non-blocking allgather
+  // took several times as long at 2 ranks). The choice is the same on every rank.
+  if (exchanges_directly(x)) {
+    const FlatExchange exchanged = exchange_pieces(std::vector<Tensor>(static_cast<std::size_t>(size_), x),
+                                                   OpKind::allgather, "allgather", nullptr, PieceOptions());
+    return split_flat(exchanged.flat, exchanged.shapes);
+  }
   Header mine = collective_header(OpKind::allgather, -1, &x);
-  if (inlines(x)) mine.flags |= comm_detail::kFlagInlinePayload;
+  const bool small = inlines(x);
+  if (small) mine.flags |= comm_detail::kFlagInlinePayload;
+  const Tensor host = small ? comm_detail::host_for_mpi(x) : Tensor();
   InlineData carried;
-  carried.to_all = &x;
+  carried.to_all = &host;
   const Tensor staged = transport_copy(x);  // before the exchange (see run_device_phase)
   const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false, &carried);
   std::vector<int> counts(size_), displacements(size_);
@@ -633,10 +647,10 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
     char* into = static_cast<char*>(flat.raw_data());
     for (int r = 0; r < size_; ++r) {
       const std::size_t bytes = all[r].payload_bytes;
-      if (bytes > 0) std::memcpy(into, r == rank_ ? x.raw_data() : carried.payload(r), bytes);
+      if (bytes > 0) std::memcpy(into, r == rank_ ? host.raw_data() : carried.payload(r), bytes);
       into += bytes;
     }
-    return split_flat(flat, shapes);
+    return split_flat(flat.to(x.device()), shapes);
   }
   if (on_device(all)) {
     Tensor flat;
@@ -680,7 +694,7 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs, Cal
                  " and ", x.description(), ")");
   }
   check_one_kind(xs, "alltoall");
-  const FlatExchange exchanged = exchange_pieces(xs, OpKind::alltoall, "alltoall", nullptr);
+  const FlatExchange exchanged = exchange_pieces(xs, OpKind::alltoall, "alltoall", nullptr, PieceOptions());
   return split_flat(exchanged.flat, exchanged.shapes);
 }
 
@@ -707,7 +721,7 @@ AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<st
     begin += count;
   }
   Shape row_shape(x.shape().begin() + 1, x.shape().end());
-  const FlatExchange exchanged = exchange_pieces(pieces, OpKind::alltoallv, "alltoallv", &row_shape);
+  const FlatExchange exchanged = exchange_pieces(pieces, OpKind::alltoallv, "alltoallv", &row_shape, PieceOptions());
   AlltoallvResult result;
   std::int64_t received = 0;
   for (const Shape& shape : exchanged.shapes) {
@@ -719,14 +733,21 @@ AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<st
   return result;
 }
 
+bool MpiCommunicator::exchanges_directly(const Tensor& x) const {
+  // The same on every rank whose header passes the check (exchange_pieces raises on every rank
+  // when some tensor is too large to go beside its header).
+  return eager_data_ && size_ <= kDirectRanks && !hierarchical_ && !moves_on_device(x);
+}
+
 MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector<Tensor>& xs, OpKind kind,
-                                                               const char* operation, const Shape* row_shape) {
+                                                               const char* operation, const Shape* row_shape,
+                                                               const PieceOptions& options) {
   // Whether every piece of this rank has the same size: when all ranks say so (with the same
   // size), every rank can choose MPI_Alltoall, which beats the v-variant.
   bool eager = eager_data_ && !moves_on_device(xs[0]);
   for (const Tensor& x : xs)
     eager = eager && x.nbytes() <= static_cast<std::size_t>(INT_MAX) && x.dim() <= comm_detail::kMaxDims;
-  if (eager) return exchange_pieces_eagerly(xs, kind, operation, row_shape);
+  if (eager) return exchange_pieces_eagerly(xs, kind, operation, row_shape, options);
   std::int64_t uniform = static_cast<std::int64_t>(xs[0].nbytes());
   for (const Tensor& x : xs)
     if (static_cast<std::int64_t>(x.nbytes()) != uniform) uniform = -1;
@@ -737,9 +758,11 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
       [&](int peer) {
         Header header = collective_header(kind, -1, &xs[peer]);
         header.aux = uniform;
+        header.reduce_op = options.reduce_op;
+        header.digest = options.digest;
         return header;
       },
-      false);
+      options.same_shape);
   // Some peers sent their pieces with their headers and this rank could not (see the eager
   // path): every rank sees the same flags, so every rank raises this.
   for (int r = 0; r < size_; ++r) {
@@ -814,7 +837,8 @@ void MpiCommunicator::check_rows(const std::vector<Header>& all, const Shape& ro
 
 MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std::vector<Tensor>& xs, OpKind kind,
                                                                        const char* operation,
-                                                                       const Shape* row_shape) {
+                                                                       const Shape* row_shape,
+                                                                       const PieceOptions& options) {
   check_usable();
   // Each peer's piece goes now, before the headers; the header says it did (kDataEager) and how
   // long it is, so the receiver posts its receive as soon as it has the header.
@@ -850,10 +874,12 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
         [&](int peer) {
           Header header = collective_header(kind, -1, &xs[peer]);
           header.data_flags = comm_detail::kDataEager;
+          header.reduce_op = options.reduce_op;
+          header.digest = options.digest;
           if (inside[peer]) header.flags |= comm_detail::kFlagInlinePayload;
           return header;
         },
-        false, &carried);
+        options.same_shape, &carried);
     for (int r = 0; r < size_; ++r) {
       if (all[r].has_data_flag(comm_detail::kDataEager)) continue;
       discard_eager_data(all);
@@ -895,8 +921,12 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
   }
   const Tensor& mine = hosts[static_cast<std::size_t>(rank_)];
   if (mine.nbytes() > 0) std::memcpy(own, mine.raw_data(), mine.nbytes());
-  keep_alive.push_back(flat.storage());
-  finish_collective(requests, operation, std::move(keep_alive));
+  if (requests.empty()) {
+    collective_open_ = false;  // every piece came inside its header: nothing to wait for
+  } else {
+    keep_alive.push_back(flat.storage());
+    finish_collective(requests, operation, std::move(keep_alive));
+  }
   out.flat = flat.to(xs[0].device());
   return out;
 }
@@ -908,12 +938,34 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   const MPI_Datatype type = mpi_type(x.dtype(), operation);
   TANDEM_CHECK(op == AllreduceOp::sum || is_floating(x.dtype()), operation, ": the mean of ", x.description(),
                " needs a floating dtype");
+  // Ranks whose headers agree (dtype, shape, device) choose alike: small tensors inside the
+  // headers, middle ones exchanged whole beside them (summed here), large ones by MPI.
+  const bool small = inlines(x);
+  if (!small && exchanges_directly(x) && x.nbytes() <= kDirectAllreduceBytes) {
+    PieceOptions options;
+    options.reduce_op = op == AllreduceOp::mean ? 1 : 0;
+    options.digest = digest;
+    options.same_shape = true;
+    const Tensor host = comm_detail::host_for_mpi(x);
+    const FlatExchange exchanged = exchange_pieces(std::vector<Tensor>(static_cast<std::size_t>(size_), host),
+                                                   OpKind::allreduce, operation, nullptr, options);
+    // Every rank's tensor arrived whole: each rank sums them in rank order, so all get the same bits.
+    Tensor y(x.shape(), x.dtype());
+    if (y.nbytes() > 0) {
+      const char* pieces = static_cast<const char*>(exchanged.flat.raw_data());
+      std::memcpy(y.raw_data(), pieces, y.nbytes());
+      for (int r = 1; r < size_; ++r) add_into(y.raw_data(), pieces + r * y.nbytes(), y.numel(), y.dtype());
+    }
+    if (op == AllreduceOp::mean) divide(y, size_);
+    return y.to(x.device());
+  }
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.reduce_op = op == AllreduceOp::mean ? 1 : 0;
   mine.digest = digest;
-  if (inlines(x)) mine.flags |= comm_detail::kFlagInlinePayload;
+  if (small) mine.flags |= comm_detail::kFlagInlinePayload;
+  const Tensor host = small ? comm_detail::host_for_mpi(x) : Tensor();
   InlineData carried;
-  carried.to_all = &x;
+  carried.to_all = &host;
   // Device transport: the copy and the output (of x's shape) before the exchange (see run_device_phase).
   const Tensor staged = transport_copy(x);
   Tensor device_y = staged.defined() ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
@@ -924,11 +976,12 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
     collective_open_ = false;
     Tensor y(x.shape(), x.dtype());
     if (y.nbytes() > 0) {
-      std::memcpy(y.raw_data(), rank_ == 0 ? x.raw_data() : carried.payload(0), y.nbytes());
-      for (int r = 1; r < size_; ++r) add_into(y.raw_data(), r == rank_ ? x.raw_data() : carried.payload(r), y.numel(), y.dtype());
+      std::memcpy(y.raw_data(), rank_ == 0 ? host.raw_data() : carried.payload(0), y.nbytes());
+      for (int r = 1; r < size_; ++r)
+        add_into(y.raw_data(), r == rank_ ? host.raw_data() : carried.payload(r), y.numel(), y.dtype());
     }
     if (op == AllreduceOp::mean) divide(y, size_);
-    return y;
+    return y.to(x.device());
   }
   if (on_device(all)) {
     run_device_phase(operation, [&] {

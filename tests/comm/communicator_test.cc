@@ -524,6 +524,46 @@ TEST_CASE("collectives: tensors of up to 4 KB inside the headers, larger ones af
                std::vector<double>(3, size * (size + 1) / 2.0));
 }
 
+TEST_CASE("collectives: allreduce and allgather exchanging whole tensors beside their headers; their errors leave nothing behind") {
+  // Up to MpiCommunicator::kDirectRanks ranks, allgather and allreduce (up to 4 MB) send each
+  // rank's tensor to every peer beside its header (inside it when small); the MPI path runs
+  // under TANDEM_EAGER_DATA=0 (communicator_test_mpi_collectives) and beyond 3 ranks.
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  // Sizes past MPI's eager limit, unequal per rank for allgather.
+  const std::int64_t n = 70000;
+  std::vector<double> sum(static_cast<std::size_t>(n), 0);
+  for (int r = 0; r < size; ++r) {
+    const std::vector<double> v = int_pattern(n, r);
+    for (std::int64_t i = 0; i < n; ++i) sum[i] += v[i];
+  }
+  for (DType dtype : kSumDTypes)
+    check_values(comm.allreduce(from_values({n}, dtype, int_pattern(n, rank))), {n}, dtype, sum);
+  check_values(comm.allreduce(from_values({n}, DType::f64, int_pattern(n, rank)), AllreduceOp::mean), {n}, DType::f64,
+               scaled(sum, 1.0 / size), 1e-15);
+  auto rows = [](int r) { return std::int64_t(3000 * (r + 1)); };
+  const std::vector<Tensor> gathered = comm.allgather(make({rows(rank), 7}, DType::f32, 70 + rank));
+  REQUIRE(static_cast<int>(gathered.size()) == size);
+  for (int r = 0; r < size; ++r) check_made(gathered[r], {rows(r), 7}, DType::f32, 70 + r);
+  // Disagreements, each followed by a collective that must see only its own data: shapes (both
+  // tensors beside the headers), one tensor inside its header and the other beside it, and the
+  // reduction asked for.
+  CHECK_THAT(error_of([&] { comm.allreduce(full({rank == 0 ? 20000 : 20001}, 1.0)); }), Contains("shapes differ"));
+  check_values(comm.allreduce(full({20000}, 2.0)), {20000}, DType::f32, std::vector<double>(20000, 2.0 * size));
+  CHECK_THAT(error_of([&] { comm.allreduce(full({rank == 0 ? 3 : 20000}, 1.0)); }), Contains("shapes differ"));
+  check_values(comm.allreduce(full({3}, 3.0)), {3}, DType::f32, std::vector<double>(3, 3.0 * size));
+  CHECK_THAT(error_of([&] {
+               comm.allreduce(full({20000}, 1.0, DType::f64), rank == 0 ? AllreduceOp::sum : AllreduceOp::mean);
+             }),
+             Contains("different reductions"));
+  check_values(comm.allreduce(full({20000}, 4.0)), {20000}, DType::f32, std::vector<double>(20000, 4.0 * size));
+  CHECK_THAT(error_of([&] { comm.allgather(full({20000}, 1.0, rank == 0 ? DType::f32 : DType::f64)); }),
+             Contains("dtypes differ"));
+  const std::vector<Tensor> after = comm.allgather(full({20000}, 5.0 + rank));
+  REQUIRE(static_cast<int>(after.size()) == size);
+  for (int r = 0; r < size; ++r) check_values(after[r], {20000}, DType::f32, std::vector<double>(20000, 5.0 + r));
+}
+
 TEST_CASE("errors: recv while the peer is in a small allreduce fails at once; the allreduce still gets the data its header carried") {
   // Rank 0's diagnosis takes rank 1's header (with rank 1's tensor inside it) early; the
   // allreduce rank 0 then enters must use that tensor.
@@ -1341,20 +1381,20 @@ TEST_CASE("stress: 200 alternating messages of random sizes between ranks 0 and 
 // wait forever: the first rank's next collective says it gave the previous one up, and the
 // late peer fails at once. Its communicator is then unusable for collectives (an MPI
 // collective request stays posted), which a later collective reports instead of mispairing.
-// (8 KB: a tensor small enough to travel inside the headers leaves no transfer to wait for;
-// the next case.)
+// (8 MB: up to 4 MB, a tensor travels inside its headers or beside them, where the late ranks
+// find it whole and have no transfer to wait for: the next case.)
 TEST_CASE("errors: a collective given up by one rank fails on the late ranks instead of hanging") {
   Communicator& comm = world();
   const int rank = comm.rank();
   CommunicatorPtr scratch = comm.split(0, rank);  // this test breaks it on purpose
   scratch->set_timeout(0.5);
   if (rank == 0) {
-    CHECK_THAT(error_of([&] { scratch->allreduce(full({2048}, 1.0)); }), Contains("timed out"));
+    CHECK_THAT(error_of([&] { scratch->allreduce(full({1 << 21}, 1.0)); }), Contains("timed out"));
     CHECK_THAT(error_of([&] { scratch->barrier(); }), Contains("rank 0") );
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     const auto start = std::chrono::steady_clock::now();
-    CHECK_THAT(error_of([&] { scratch->allreduce(full({2048}, 1.0)); }),
+    CHECK_THAT(error_of([&] { scratch->allreduce(full({1 << 21}, 1.0)); }),
                Contains("cannot complete") && Contains("rank 0 gave it up"));
     CHECK(seconds_since(start) < 0.45);  // the diagnosis, not this rank's own timeout
     CHECK_THAT(error_of([&] { scratch->barrier(); }), Contains("can run no more collectives"));
@@ -1362,7 +1402,8 @@ TEST_CASE("errors: a collective given up by one rank fails on the late ranks ins
   comm.barrier();
 }
 
-// The same with a tensor that travels inside the headers: rank 0's header carried its data, so
+// The same with a tensor that travels inside the headers (or beside them): rank 0 sent its data
+// with its header, so
 // the late ranks have everything the allreduce needs and complete it, with the right sum, while
 // rank 0 has raised its timeout. Nobody hangs and no rank computes a wrong number; rank 0's
 // next collective finds the late ranks' headers of the one it gave up and fails, naming both.
