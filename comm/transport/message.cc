@@ -61,6 +61,7 @@ struct WireHeader {
   std::uint8_t data_flags;
   std::uint8_t reserved[2];
   std::uint64_t payload_bytes;
+  std::uint64_t address;
 };
 #pragma pack(pop)
 
@@ -111,6 +112,7 @@ void encode_header(const MessageHeader& header, std::vector<char>& out) {
   wire.ndim = static_cast<std::uint8_t>(header.shape.size());
   wire.data_flags = header.data_flags;
   wire.payload_bytes = header.payload_bytes;
+  wire.address = header.address;
   const std::size_t start = out.size();
   out.resize(start + encoded_header_size(header));
   std::memcpy(out.data() + start, &wire, sizeof(wire));
@@ -156,6 +158,7 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   header.aux = wire.aux;
   header.payload_bytes = wire.payload_bytes;
   header.data_flags = wire.data_flags;
+  header.address = wire.address;
   header.shape.resize(wire.ndim);
   if (wire.ndim > 0) std::memcpy(header.shape.data(), data + sizeof(WireHeader), wire.ndim * sizeof(std::int64_t));
 
@@ -180,12 +183,20 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   if (header.has_flag(kFlagDevicePayload) &&
       (!carries_tensor || is_collective(header.kind) || header.has_flag(kFlagInlinePayload)))
     throw bad("a device payload on a message that cannot carry one");
-  if (header.data_flags & ~kDataEager) throw bad(detail::concat("unknown data flags ", int(header.data_flags)));
+  if (header.data_flags & ~(kDataEager | kDataInMemory))
+    throw bad(detail::concat("unknown data flags ", int(header.data_flags)));
   if (header.has_data_flag(kDataEager) &&
       !((header.kind == OpKind::alltoall || header.kind == OpKind::alltoallv || header.kind == OpKind::bcast ||
          header.kind == OpKind::allgather || header.kind == OpKind::allreduce) &&
         carries_tensor))
     throw bad("eager data on a message that cannot carry it");
+  if (header.has_data_flag(kDataInMemory) &&
+      (!header.has_data_flag(kDataEager) || header.has_flag(kFlagInlinePayload) || header.payload_bytes == 0 ||
+       header.address == 0))
+    throw bad(detail::concat("data in the sender's memory (", header.payload_bytes, " bytes at ", header.address,
+                             ") on a message that cannot offer it"));
+  if (!header.has_data_flag(kDataInMemory) && header.address != 0)
+    throw bad("an address on a message whose data is not in the sender's memory");
   if (header.has_flag(kFlagInlinePayload)) {
     if (size - header_bytes != header.payload_bytes)
       throw bad(detail::concat("inline payload of ", size - header_bytes, " bytes, header says ", header.payload_bytes));

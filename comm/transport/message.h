@@ -50,7 +50,7 @@ const char* op_kind_name(OpKind kind);
 bool is_collective(OpKind kind);
 
 inline constexpr std::uint32_t kMessageMagic = 0x4d444e54;  // "TNDM"
-inline constexpr std::uint8_t kMessageVersion = 1;
+inline constexpr std::uint8_t kMessageVersion = 2;
 inline constexpr int kMaxDims = 8;
 
 // Header flags.
@@ -73,6 +73,10 @@ inline constexpr std::uint8_t kFlagDevicePayload = 128;
 // headers are checked; a receiver that finds the headers disagree receives it and discards it.
 // bcast: the root sent the whole tensor so to every peer (small communicators, see bcast_checked).
 inline constexpr std::uint8_t kDataEager = 1;
+// With kDataEager, for a piece or payload beside the header: no message carries it. It stays in
+// the sender's memory at `address` (in the sender's process) until the receiver has read it
+// there (direct_read.h) and said so on the communicator's read-done tag.
+inline constexpr std::uint8_t kDataInMemory = 2;
 
 struct MessageHeader {
   OpKind kind = OpKind::tensor_send;
@@ -88,7 +92,8 @@ struct MessageHeader {
   std::int64_t aux = -1;           // collective-specific (alltoall: each piece's bytes when all are equal)
   Shape shape;                     // of the tensor this message describes (or carries)
   std::uint64_t payload_bytes = 0; // of the tensor's data, inline or in the next message
-  std::uint8_t data_flags = 0;     // kDataEager
+  std::uint8_t data_flags = 0;     // kDataEager, kDataInMemory
+  std::uint64_t address = 0;       // kDataInMemory: where the data lies in the sender's memory
 
   bool has_data_flag(std::uint8_t flag) const { return (data_flags & flag) != 0; }
 

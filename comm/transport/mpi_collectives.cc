@@ -329,11 +329,18 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
   }
   const Header& own = all[rank_];
   const auto operation = [&own] { return own.describe(); };
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    const WaitContext context{comm_detail::LazyText(operation), peer, true};
-    if (inline_data) take_header(peer, &context, all[peer], &inline_data->messages[peer], &inline_data->offsets[peer]);
-    else take_header(peer, &context, all[peer]);
+  try {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      const WaitContext context{comm_detail::LazyText(operation), peer, true};
+      if (inline_data) take_header(peer, &context, all[peer], &inline_data->messages[peer], &inline_data->offsets[peer]);
+      else take_header(peer, &context, all[peer]);
+    }
+  } catch (...) {
+    // A peer may take this rank's headers long after it gave up (a timeout here is not one
+    // there): MPI may still be reading their buffers.
+    orphans_.push_back(Orphan{requests, keep_alive});
+    throw;
   }
   wait_all(requests, WaitContext{comm_detail::LazyText(operation), rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
   apply_verdict(all, same_shape);
@@ -356,18 +363,35 @@ void MpiCommunicator::discard_eager_data(const std::vector<Header>& all) {
   std::vector<MPI_Request> requests;
   for (int peer = 0; peer < size_; ++peer) {
     const Header& h = all[peer];
-    if (peer == rank_ || !h.has_data_flag(comm_detail::kDataEager) || h.payload_bytes == 0 ||
+    if (peer == rank_ || !h.has_data_flag(comm_detail::kDataEager) || h.has_data_flag(comm_detail::kDataInMemory) ||
+        h.payload_bytes == 0 ||
         h.payload_bytes > static_cast<std::uint64_t>(INT_MAX) || h.has_flag(comm_detail::kFlagInlinePayload))
-      continue;  // (an inline piece came inside the header)
+      continue;  // (an inline piece came inside the header; one left in memory was never sent)
     sink->emplace_back(h.payload_bytes);
     requests.emplace_back();
     check_mpi(MPI_Irecv(sink->back().data(), static_cast<int>(h.payload_bytes), MPI_BYTE, peer, kEagerDataTag, comm_,
                         &requests.back()),
               "MPI_Irecv (a piece sent before the headers disagreed)");
   }
+  // Data left in a peer's memory needs no draining. But a peer still in a collective this rank
+  // gave up (its header is of an earlier one) reads this rank's data and then waits for word
+  // that this rank has read its own: it gets that word (nothing was read, and its result does
+  // not depend on it), and completes, as where its data went in an MPI message drained above.
+  auto words = std::make_shared<std::vector<ReadDone>>(static_cast<std::size_t>(size_));
+  for (int peer = 0; peer < size_; ++peer) {
+    const Header& h = all[peer];
+    if (peer == rank_ || !h.has_data_flag(comm_detail::kDataInMemory) || h.sequence >= all[rank_].sequence) continue;
+    ReadDone& word = (*words)[peer];
+    word.sequence = h.sequence;
+    word.communicator = book_->id();
+    requests.emplace_back();
+    check_mpi(MPI_Isend(&word, sizeof(ReadDone), MPI_BYTE, peer, kReadDoneTag, comm_, &requests.back()),
+              "MPI_Isend (read done, for a collective this rank gave up)");
+  }
   if (requests.empty()) return;
   try {
-    wait_all(requests, WaitContext{"discarding the pieces sent with headers that disagree", -1, true}, KeepAlive{sink});
+    wait_all(requests, WaitContext{"discarding the pieces sent with headers that disagree", -1, true},
+             KeepAlive{sink, words});
   } catch (const Error&) {
     // The peer failed or ended: the disagreement being raised is the error that matters.
   }
@@ -437,19 +461,30 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   // A small communicator's root sends the payload now, beside its header (kEagerBcastRanks);
   // the root's header tells the others (kDataEager), so every rank takes the same path.
   std::vector<MPI_Request> eager_sends;
-  KeepAlive eager_keep;
+  KeepAlive eager_keep, offered;
+  std::vector<bool> in_memory(size_, false);
   if (is_root && !small && eager_data_ && size_ <= kEagerBcastRanks && !hierarchical_ && !moves_on_device(x) &&
       x.nbytes() > 0 && x.nbytes() <= static_cast<std::size_t>(INT_MAX)) {
     const Tensor send = comm_detail::host_for_mpi(x);
     eager_keep.push_back(send.storage());
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      eager_sends.emplace_back();
-      check_mpi(MPI_Isend(send.raw_data(), static_cast<int>(send.nbytes()), MPI_BYTE, peer, kEagerDataTag, comm_,
-                          &eager_sends.back()),
-                "MPI_Isend");
+    // One header goes to every peer: the payload stays in memory when every peer reads it there.
+    bool all_read = true;
+    for (int peer = 0; peer < size_; ++peer) all_read = all_read && (peer == rank_ || offers_memory_to(peer, send.nbytes()));
+    if (all_read) {
+      for (int peer = 0; peer < size_; ++peer) in_memory[peer] = peer != rank_;
+      offered.push_back(send.storage());
+      mine.data_flags = comm_detail::kDataEager | comm_detail::kDataInMemory;
+      mine.address = reinterpret_cast<std::uint64_t>(send.raw_data());
+    } else {
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) continue;
+        eager_sends.emplace_back();
+        check_mpi(MPI_Isend(send.raw_data(), static_cast<int>(send.nbytes()), MPI_BYTE, peer, kEagerDataTag, comm_,
+                            &eager_sends.back()),
+                  "MPI_Isend");
+      }
+      mine.data_flags = comm_detail::kDataEager;
     }
-    mine.data_flags = comm_detail::kDataEager;
   }
   std::vector<Header> all;
   try {
@@ -458,6 +493,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     // On a disagreement the peers discard the payload (the same verdict everywhere); otherwise
     // the job is ending. Either way the sends complete later, their buffer kept until then.
     if (!eager_sends.empty()) orphans_.push_back(Orphan{eager_sends, eager_keep});
+    leave_offered(offered);
     throw;
   }
   const Header& from_root = all[root];
@@ -466,6 +502,24 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     if (is_root) return x;
     Tensor y = comm_detail::host_buffer(from_root.shape, from_root.dtype, landing(from_root));
     if (y.nbytes() > 0) std::memcpy(y.raw_data(), carried.payload(root), y.nbytes());
+    return y.to(landing(from_root));
+  }
+  if (from_root.has_data_flag(comm_detail::kDataInMemory)) {
+    auto reads = std::make_shared<DirectReads>();
+    KeepAlive keep{reads};
+    std::vector<MPI_Request> requests;
+    if (is_root) {
+      keep.insert(keep.end(), offered.begin(), offered.end());
+      await_reads(in_memory, from_root.sequence, *reads, requests);
+      finish_collective(requests, operation, keep);
+      settle_reads(*reads, operation, std::move(keep));
+      return x;
+    }
+    Tensor y = comm_detail::host_buffer(from_root.shape, from_root.dtype, landing(from_root));
+    keep.push_back(y.storage());
+    read_memory_of(root, from_root, y.raw_data(), *reads, requests, operation);
+    finish_collective(requests, operation, keep);
+    settle_reads(*reads, operation, std::move(keep));
     return y.to(landing(from_root));
   }
   if (from_root.has_data_flag(comm_detail::kDataEager)) {
@@ -859,9 +913,17 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
   }
   InlineData carried;
   carried.per_peer = &hosts;
+  // Large pieces for peers on this host stay here, for the peer to read (kDataInMemory).
+  std::vector<bool> in_memory(size_, false);
+  KeepAlive offered;
   for (int peer = 0; peer < size_; ++peer) {
     const Tensor& piece = hosts[static_cast<std::size_t>(peer)];
     if (peer == rank_ || piece.nbytes() == 0 || inside[peer]) continue;
+    if (offers_memory_to(peer, piece.nbytes())) {
+      in_memory[peer] = true;
+      offered.push_back(piece.storage());
+      continue;
+    }
     requests.emplace_back();
     check_mpi(MPI_Isend(piece.raw_data(), static_cast<int>(piece.nbytes()), MPI_BYTE, peer, kEagerDataTag, comm_,
                         &requests.back()),
@@ -877,6 +939,10 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
           header.reduce_op = options.reduce_op;
           header.digest = options.digest;
           if (inside[peer]) header.flags |= comm_detail::kFlagInlinePayload;
+          if (in_memory[peer]) {
+            header.data_flags |= comm_detail::kDataInMemory;
+            header.address = reinterpret_cast<std::uint64_t>(hosts[static_cast<std::size_t>(peer)].raw_data());
+          }
           return header;
         },
         options.same_shape, &carried);
@@ -898,8 +964,14 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
     // On a disagreement the peers discard these pieces (the same verdict everywhere); otherwise
     // the job is ending. Either way the sends complete later, their buffers kept until then.
     orphans_.push_back(Orphan{requests, keep_alive});
+    leave_offered(offered);
     throw;
   }
+  const std::int64_t sequence = all[rank_].sequence;
+  auto reads = std::make_shared<DirectReads>();
+  keep_alive.push_back(reads);
+  for (const auto& piece : offered) keep_alive.push_back(piece);
+  await_reads(in_memory, sequence, *reads, requests);
   FlatExchange out;
   std::int64_t numel = 0;
   out.shapes = piece_shapes(all, numel);
@@ -912,6 +984,8 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
       own = into;
     } else if (all[r].has_flag(comm_detail::kFlagInlinePayload)) {
       if (bytes > 0) std::memcpy(into, carried.payload(r), bytes);
+    } else if (all[r].has_data_flag(comm_detail::kDataInMemory)) {
+      read_memory_of(r, all[r], into, *reads, requests, operation);
     } else if (bytes > 0) {
       requests.emplace_back();
       check_mpi(MPI_Irecv(into, checked_int(bytes, operation), MPI_BYTE, r, kEagerDataTag, comm_, &requests.back()),
@@ -919,13 +993,15 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
     }
     into += bytes;
   }
+  // This rank's own piece last: the peers whose memory it read are told first.
   const Tensor& mine = hosts[static_cast<std::size_t>(rank_)];
   if (mine.nbytes() > 0) std::memcpy(own, mine.raw_data(), mine.nbytes());
   if (requests.empty()) {
     collective_open_ = false;  // every piece came inside its header: nothing to wait for
   } else {
     keep_alive.push_back(flat.storage());
-    finish_collective(requests, operation, std::move(keep_alive));
+    finish_collective(requests, operation, keep_alive);
+    settle_reads(*reads, operation, std::move(keep_alive));
   }
   out.flat = flat.to(xs[0].device());
   return out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -84,9 +85,21 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
   if (const char* host = std::getenv("TANDEM_HOST_NAME"); host && *host) {
     std::snprintf(mine, sizeof mine, "%s", host);
   }
-  check_mpi(
-      MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
-      "MPI_Allgather (processor names)");
+  // With the name, the identity by which a peer on the same host can read this rank's memory
+  // (direct_read.h).
+  struct Identity {
+    char name[MPI_MAX_PROCESSOR_NAME];
+    comm_detail::ProcessIdentity process;
+  };
+  std::vector<Identity> identities(static_cast<std::size_t>(size_));
+  Identity own{};
+  std::memcpy(own.name, mine, sizeof own.name);
+  own.process = comm_detail::this_process();
+  check_mpi(MPI_Allgather(&own, sizeof own, MPI_BYTE, identities.data(), sizeof own, MPI_BYTE, comm_),
+            "MPI_Allgather (processor names)");
+  for (int r = 0; r < size_; ++r)
+    std::memcpy(names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME, identities[r].name,
+                MPI_MAX_PROCESSOR_NAME);
   auto name_of = [&](int r) { return std::string(names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME); };
   std::vector<std::string> hosts;
   intra_rank_ = 0;
@@ -99,6 +112,13 @@ MpiCommunicator::MpiCommunicator(MPI_Comm owned) : comm_(owned) {
       ++intra_size_;
     }
   }
+  std::vector<comm_detail::ProcessIdentity> processes(static_cast<std::size_t>(size_));
+  std::vector<bool> same_host(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    processes[r] = identities[r].process;
+    same_host[r] = name_of(r) == mine;
+  }
+  find_direct_readers(processes, same_host, eager_data_ && *tag_bound >= kReadDoneTag);
   inter_size_ = static_cast<int>(hosts.size());
   inter_rank_ = static_cast<int>(std::find(hosts.begin(), hosts.end(), std::string(mine)) - hosts.begin());
   std::lock_guard<std::mutex> lock(g_live_mutex);
@@ -132,6 +152,22 @@ MpiCommunicator::~MpiCommunicator() {
   for (Orphan& orphan : orphans_) comm_detail::keep_until_exit(std::move(orphan.keep_alive));
   for (PendingSend& send : pending_sends_) comm_detail::keep_until_exit(std::move(send.keep_alive));
   if (comm_detail::mpi_active()) {
+    // Collective messages still queued here (the headers of a collective this rank gave up, its
+    // peers' data sent with them, a word for data it left in memory) would reach whichever
+    // communicator MPI gives this one's context next, as messages of its own: they are taken and
+    // dropped. (Point-to-point messages stay: the traffic reports name those never received.)
+    for (const int tag : {kCollectiveTag, kEagerDataTag, kReadDoneTag}) {
+      for (int found = 1; found;) {
+        MPI_Message message;
+        MPI_Status status;
+        if (MPI_Improbe(MPI_ANY_SOURCE, tag, comm_, &found, &message, &status) != MPI_SUCCESS) break;
+        if (!found) break;
+        int bytes = 0;
+        MPI_Get_count(&status, MPI_BYTE, &bytes);
+        std::vector<char> sink(static_cast<std::size_t>(std::max(bytes, 1)));
+        MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      }
+    }
     for (MPI_Comm* owned : {&host_comm_, &leaders_comm_, &comm_})
       if (*owned != MPI_COMM_NULL) MPI_Comm_free(owned);
   }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -562,6 +563,71 @@ TEST_CASE("collectives: allreduce and allgather exchanging whole tensors beside 
   const std::vector<Tensor> after = comm.allgather(full({20000}, 5.0 + rank));
   REQUIRE(static_cast<int>(after.size()) == size);
   for (int r = 0; r < size; ++r) check_values(after[r], {20000}, DType::f32, std::vector<double>(20000, 5.0 + r));
+}
+
+TEST_CASE("collectives: large tensors read straight from the sender's memory, beside MPI messages in one collective") {
+  // From MpiCommunicator::kDirectReadMinBytes (64 KB) on, a piece or bcast payload for a peer on
+  // this host stays in the sender's memory and the peer reads it there (direct_read.h); smaller
+  // ones go in MPI messages. communicator_test_mpi_messages runs this with TANDEM_DIRECT_READ=0,
+  // communicator_test_mpi_collectives with no eager data at all: everything through MPI.
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  auto setting_off = [](const char* name) {
+    const char* text = std::getenv(name);
+    return text && std::string(text) == "0";
+  };
+  // The test's ranks share one host, where Linux lets a process read its peers' memory.
+  const bool reads = !setting_off("TANDEM_DIRECT_READ") && !setting_off("TANDEM_EAGER_DATA");
+  auto& mpi = dynamic_cast<MpiCommunicator&>(comm);
+  for (int peer = 0; peer < size; ++peer) CHECK(mpi.reads_memory_of(peer) == (reads && peer != rank));
+
+  const std::int64_t below = 16383, at = 16384;  // f32 elements: 4 bytes under 64 KB, and 64 KB
+  for (const std::int64_t n : {below, at, std::int64_t(1) << 18}) {
+    INFO(n << " elements");
+    for (int root = 0; root < size; ++root) {
+      // The root's tensor is a view that starts 3 rows into its storage; the root overwrites it
+      // as soon as bcast returns, which must be after every peer has read it.
+      Tensor storage = make({n + 3}, DType::f32, 0);
+      Tensor x = storage.slice_rows(3, n + 3);
+      if (rank == root) {
+        const Tensor want = make({n}, DType::f32, 80 + root);
+        std::memcpy(x.raw_data(), want.raw_data(), want.nbytes());
+      }
+      const Tensor y = comm.bcast(rank == root ? x : Tensor(), root);
+      if (rank == root) std::memset(storage.raw_data(), 0, storage.nbytes());  // y is x there
+      else check_made(y, {n}, DType::f32, 80 + root);
+      comm.barrier();  // the overwrite must not reach a peer through a later collective
+    }
+  }
+  // alltoall: rank i's piece for rank j is read (64 KB) where i < j and sent (just under) where
+  // i > j, three times over so that each collective's read-done words pair with its own reads.
+  auto piece = [&](int from, int to) { return Shape{from < to ? at : below}; };
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    std::vector<Tensor> xs;
+    for (int j = 0; j < size; ++j) xs.push_back(make(piece(rank, j), DType::f32, 100 * round + 10 * rank + j));
+    const std::vector<Tensor> got = comm.alltoall(xs);
+    for (Tensor& x : xs) std::memset(x.raw_data(), 0xff, x.nbytes());  // read by now, or never
+    REQUIRE(static_cast<int>(got.size()) == size);
+    for (int r = 0; r < size; ++r) check_made(got[r], piece(r, rank), DType::f32, 100 * round + 10 * r + rank);
+  }
+  // allgather and allreduce of 1 MB: every peer's whole tensor read.
+  const std::int64_t n = std::int64_t(1) << 18;
+  const std::vector<Tensor> gathered = comm.allgather(make({n}, DType::f32, 200 + rank));
+  REQUIRE(static_cast<int>(gathered.size()) == size);
+  for (int r = 0; r < size; ++r) check_made(gathered[r], {n}, DType::f32, 200 + r);
+  std::vector<double> sum(static_cast<std::size_t>(n), 0);
+  for (int r = 0; r < size; ++r) {
+    const std::vector<double> v = int_pattern(n, r);
+    for (std::int64_t i = 0; i < n; ++i) sum[i] += v[i];
+  }
+  check_values(comm.allreduce(from_values({n}, DType::f32, int_pattern(n, rank))), {n}, DType::f32, sum);
+  // A disagreement where the tensors stay in memory: no rank reads, and nothing is left behind.
+  CHECK_THAT(error_of([&] { comm.bcast(full({at}, 1.0), rank == 0 ? 0 : 1); }), Contains("different roots"));
+  CHECK_THAT(error_of([&] { comm.allgather(full({at}, 1.0, rank == 0 ? DType::f32 : DType::i32)); }),
+             Contains("dtypes differ"));
+  const std::vector<Tensor> after = comm.allgather(full({at}, 6.0 + rank));
+  for (int r = 0; r < size; ++r) check_values(after[r], {at}, DType::f32, std::vector<double>(at, 6.0 + r));
 }
 
 TEST_CASE("errors: recv while the peer is in a small allreduce fails at once; the allreduce still gets the data its header carried") {
@@ -1390,7 +1456,11 @@ TEST_CASE("errors: a collective given up by one rank fails on the late ranks ins
   scratch->set_timeout(0.5);
   if (rank == 0) {
     CHECK_THAT(error_of([&] { scratch->allreduce(full({1 << 21}, 1.0)); }), Contains("timed out"));
-    CHECK_THAT(error_of([&] { scratch->barrier(); }), Contains("rank 0") );
+    // Long enough for the late ranks' headers of the allreduce to arrive: the barrier takes
+    // them (no message stays behind for a later communicator) and fails, naming both.
+    scratch->set_timeout(30);
+    CHECK_THAT(error_of([&] { scratch->barrier(); }),
+               Contains("different") && Contains("rank 1 is in allreduce f32[2097152]") && Contains("rank 0 is in barrier"));
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(1200));
     const auto start = std::chrono::steady_clock::now();
@@ -1398,6 +1468,39 @@ TEST_CASE("errors: a collective given up by one rank fails on the late ranks ins
                Contains("cannot complete") && Contains("rank 0 gave it up"));
     CHECK(seconds_since(start) < 0.45);  // the diagnosis, not this rank's own timeout
     CHECK_THAT(error_of([&] { scratch->barrier(); }), Contains("can run no more collectives"));
+  }
+  comm.barrier();
+}
+
+// The same where the tensors go beside the headers (1 MB, up to 3 ranks): left in the senders'
+// memory for the peers to read, or in MPI messages under TANDEM_DIRECT_READ=0. The late ranks
+// take rank 0's tensor (which rank 0 keeps for them after giving up) and complete the allreduce,
+// correctly, once rank 0's next collective has found their headers, failed naming both, and let
+// go of their data: the drained message, or word that their memory need not be read. Nobody
+// hangs, and no rank computes a wrong number.
+TEST_CASE("errors: a large collective given up by one rank, its tensor sent at once, still completes on the late ranks") {
+  const char* eager = std::getenv("TANDEM_EAGER_DATA");
+  if (eager && std::string(eager) == "0") return;  // MPI's allreduce: the case above
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  if (size > 3) return;  // MPI's allreduce beyond MpiCommunicator::kDirectRanks
+  CommunicatorPtr scratch = comm.split(0, rank);  // this test leaves rank 0 out of step on purpose
+  scratch->set_timeout(0.5);
+  const std::int64_t n = std::int64_t(1) << 18;
+  if (rank == 0) {
+    CHECK_THAT(error_of([&] { scratch->allreduce(full({n}, 1.0)); }), Contains("timed out"));
+    scratch->set_timeout(30);  // until the late ranks' headers come
+    CHECK_THAT(error_of([&] { scratch->barrier(); }),
+               Contains("different") && Contains("rank 1 is in allreduce f32[262144]") && Contains("rank 0 is in barrier"));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    // Unless the wait sees rank 0's next header (which says it gave the allreduce up) before
+    // rank 0 has let go of this rank's data: then the error says so (more likely with more ranks
+    // than cores).
+    Tensor y;
+    const std::string error = error_of([&] { y = scratch->allreduce(full({n}, 1.0)); });
+    if (error == "(no error)") check_values(y, {n}, DType::f32, std::vector<double>(n, double(size)));
+    else CHECK_THAT(error, Contains("cannot complete") && Contains("rank 0 gave it up"));
   }
   comm.barrier();
 }

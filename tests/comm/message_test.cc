@@ -78,6 +78,8 @@ void require_same(const MessageHeader& got, const MessageHeader& want) {
   CHECK(got.digest == want.digest);
   CHECK(got.shape == want.shape);
   CHECK(got.payload_bytes == want.payload_bytes);
+  CHECK(got.data_flags == want.data_flags);
+  CHECK(got.address == want.address);
 }
 
 }  // namespace
@@ -229,7 +231,8 @@ TEST_CASE("message: decode rejects malformed messages") {
     std::vector<char> bytes = valid;
     REQUIRE(static_cast<std::uint8_t>(bytes[sizeof(kMessageMagic)]) == kMessageVersion);  // right after the magic
     bytes[sizeof(kMessageMagic)] = static_cast<char>(kMessageVersion + 1);
-    CHECK_THAT(decode_error(bytes), Contains(malformed) && Contains("protocol version 2"));
+    CHECK_THAT(decode_error(bytes),
+               Contains(malformed) && Contains("protocol version " + std::to_string(kMessageVersion + 1)));
   }
   SECTION("unknown kind") {
     for (int kind : {0, 6, 15, static_cast<int>(OpKind::last) + 1, 255}) {
@@ -345,6 +348,35 @@ TEST_CASE("message: decode rejects malformed messages") {
     CHECK_THAT(decode_error(encode(h)), Contains(malformed) && Contains("unknown reduction 2"));
     h.reduce_op = -1;
     CHECK_THAT(decode_error(encode(h)), Contains(malformed) && Contains("unknown reduction -1"));
+  }
+  SECTION("data left in the sender's memory: only a collective's eager piece, with its address") {
+    MessageHeader h = tensor_header();
+    h.kind = OpKind::alltoall;
+    h.flags = kFlagTyped;
+    h.data_flags = kDataEager | kDataInMemory;
+    h.address = 0x7f0012345000ull;
+    REQUIRE(decode_error(encode(h)) == "(no error)");
+    require_same(decode_header(encode(h).data(), encode(h).size(), kSource).header, h);
+    MessageHeader bad = h;
+    bad.address = 0;
+    CHECK_THAT(decode_error(encode(bad)), Contains(malformed) && Contains("cannot offer it"));
+    bad = h;
+    bad.data_flags = kDataInMemory;  // without kDataEager
+    CHECK_THAT(decode_error(encode(bad)), Contains(malformed) && Contains("cannot offer it"));
+    bad = h;
+    bad.shape = Shape{0};
+    bad.payload_bytes = 0;  // nothing to read
+    CHECK_THAT(decode_error(encode(bad)), Contains(malformed) && Contains("cannot offer it"));
+    bad = h;
+    bad.kind = OpKind::tensor_send;  // point to point has no eager pieces
+    bad.flags = 0;
+    CHECK_THAT(decode_error(encode(bad)), Contains(malformed) && Contains("eager data on a message that cannot"));
+    bad = h;
+    bad.data_flags = kDataEager;  // an address without its flag
+    CHECK_THAT(decode_error(encode(bad)), Contains(malformed) && Contains("an address on a message"));
+    bad = h;
+    bad.data_flags = kDataEager | kDataInMemory | 4;
+    CHECK_THAT(decode_error(encode(bad)), Contains(malformed) && Contains("unknown data flags 7"));
   }
 }
 
