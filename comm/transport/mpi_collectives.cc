@@ -462,7 +462,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   // the root's header tells the others (kDataEager), so every rank takes the same path.
   std::vector<MPI_Request> eager_sends;
   KeepAlive eager_keep, offered;
-  std::vector<bool> in_memory(size_, false);
+  std::vector<bool> in_memory;  // per peer, where the payload stays in memory for it
   if (is_root && !small && eager_data_ && size_ <= kEagerBcastRanks && !hierarchical_ && !moves_on_device(x) &&
       x.nbytes() > 0 && x.nbytes() <= static_cast<std::size_t>(INT_MAX)) {
     const Tensor send = comm_detail::host_for_mpi(x);
@@ -471,7 +471,8 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     bool all_read = true;
     for (int peer = 0; peer < size_; ++peer) all_read = all_read && (peer == rank_ || offers_memory_to(peer, send.nbytes()));
     if (all_read) {
-      for (int peer = 0; peer < size_; ++peer) in_memory[peer] = peer != rank_;
+      in_memory.assign(size_, true);
+      in_memory[rank_] = false;
       offered.push_back(send.storage());
       mine.data_flags = comm_detail::kDataEager | comm_detail::kDataInMemory;
       mine.address = reinterpret_cast<std::uint64_t>(send.raw_data());
@@ -967,11 +968,16 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
     leave_offered(offered);
     throw;
   }
-  const std::int64_t sequence = all[rank_].sequence;
-  auto reads = std::make_shared<DirectReads>();
-  keep_alive.push_back(reads);
-  for (const auto& piece : offered) keep_alive.push_back(piece);
-  await_reads(in_memory, sequence, *reads, requests);
+  // Data read from or left in memory: the read-done words (and nothing to set up without).
+  bool reading = !offered.empty();
+  for (int r = 0; r < size_ && !reading; ++r) reading = all[r].has_data_flag(comm_detail::kDataInMemory);
+  std::shared_ptr<DirectReads> reads;
+  if (reading) {
+    reads = std::make_shared<DirectReads>();
+    keep_alive.push_back(reads);
+    for (const auto& piece : offered) keep_alive.push_back(piece);
+    await_reads(in_memory, all[rank_].sequence, *reads, requests);
+  }
   FlatExchange out;
   std::int64_t numel = 0;
   out.shapes = piece_shapes(all, numel);
@@ -1001,7 +1007,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
   } else {
     keep_alive.push_back(flat.storage());
     finish_collective(requests, operation, keep_alive);
-    settle_reads(*reads, operation, std::move(keep_alive));
+    if (reads) settle_reads(*reads, operation, std::move(keep_alive));
   }
   out.flat = flat.to(xs[0].device());
   return out;
