@@ -11,7 +11,8 @@
 //                                              each rank)
 //   tandem.mpi.<op>.<size>                     the communicator's collective (results allocated per call)
 //   mpi.bcast_protocol.<size>                  raw MPI doing what tandem's bcast does on up to 3 ranks with a
-//                                              tensor of more than 4 KB (the
+//                                              tensor of more than 4 KB sent in MPI messages (across hosts,
+//                                              under 64 KB, or with TANDEM_DIRECT_READ=0; the
 //                                              root's payload and every rank's header sent at once, headers
 //                                              probed and received, the payload received into a new tensor
 //                                              once it shows): what the checked protocol itself costs, apart
