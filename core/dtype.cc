@@ -4,15 +4,8 @@
 
 namespace tandem {
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::boolean: return 1;
-  }
-  TANDEM_FAIL("dtype_size: unknown dtype ", static_cast<int>(dtype));
+void fail_unknown_dtype(DType dtype, const char* operation) {
+  TANDEM_FAIL(operation, ": unknown dtype ", static_cast<int>(dtype));
 }
 
 const char* dtype_name(DType dtype) {

@@ -110,8 +110,14 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
   }
   TANDEM_CHECK(shape_numel(shape) == numel_, "reshape: cannot reshape ", description(), " (", numel_,
                " elements) into ", new_shape);
-  Tensor view = *this;
-  view.shape_ = shape;
+  // Built field by field: copying *this would copy its shape only to replace it.
+  Tensor view;
+  view.storage_ = storage_;
+  view.offset_ = offset_;
+  view.shape_ = std::move(shape);
+  view.numel_ = numel_;
+  view.dtype_ = dtype_;
+  view.device_ = device_;
   return view;
 }
 
@@ -125,6 +131,20 @@ Tensor Tensor::slice_rows(std::int64_t begin, std::int64_t end) const {
   view.offset_ = offset_ + begin * row;
   view.shape_[0] = end - begin;
   view.numel_ = (end - begin) * row;
+  return view;
+}
+
+Tensor Tensor::slice_flat(std::int64_t begin, const Shape& shape) const {
+  const std::int64_t n = shape_numel(shape);
+  TANDEM_CHECK(defined() && 0 <= begin && n >= 0 && begin + n <= numel_, "slice_flat: elements [", begin, ", ",
+               begin + n, ") as ", shape, " out of range for ", description());
+  Tensor view;
+  view.storage_ = storage_;
+  view.offset_ = offset_ + begin;
+  view.shape_ = shape;
+  view.numel_ = n;
+  view.dtype_ = dtype_;
+  view.device_ = device_;
   return view;
 }
 

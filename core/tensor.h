@@ -56,6 +56,9 @@ class Tensor {
   Tensor flatten() const { return reshape({numel_}); }
   // Rows [begin, end) of the first axis, sharing storage.
   Tensor slice_rows(std::int64_t begin, std::int64_t end) const;
+  // numel(shape) consecutive elements from element `begin` (row-major), viewed as `shape`:
+  // the pieces of a flat buffer (slice_rows(b, e).reshape(shape) in one step).
+  Tensor slice_flat(std::int64_t begin, const Shape& shape) const;
 
   // Copies.
   Tensor clone() const;

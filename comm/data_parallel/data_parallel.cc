@@ -55,7 +55,7 @@ std::vector<Tensor> slots(const Tensor& flat, const std::vector<Entry>& entries)
   std::vector<Tensor> views;
   std::int64_t begin = 0;
   for (const Entry& e : entries) {
-    views.push_back(flat.slice_rows(begin, begin + e.param.numel()).reshape(e.param.shape()));
+    views.push_back(flat.slice_flat(begin, e.param.shape()));
     begin += e.param.numel();
   }
   return views;

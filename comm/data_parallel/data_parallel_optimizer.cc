@@ -504,7 +504,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
         for (std::size_t j = 0; j < k; ++j) {
           Variable param = plan_->params()[bucket.params[j]].second;
           if (tails[b][j] > 0) {
-            param.set_grad(mean.slice_rows(bucket.offsets[j], bucket.offsets[j] + param.numel()).reshape(param.shape()));
+            param.set_grad(mean.slice_flat(bucket.offsets[j], param.shape()));
           } else if (options_.zero_fill) {
             param.set_grad(zeros(param.shape(), param.dtype(), param.data().device()));
           } else {

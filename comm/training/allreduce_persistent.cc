@@ -75,14 +75,14 @@ void allreduce_persistent(Communicator& comm, Link& link) {
     Tensor flat({total}, dtype, device);
     std::int64_t begin = 0;
     for (const Buffer& b : buffers) {
-      Tensor slot = flat.slice_rows(begin, begin + b.tensor->numel()).reshape(b.tensor->shape());
+      Tensor slot = flat.slice_flat(begin, b.tensor->shape());
       slot.copy_(b.tensor->to(device));
       begin += b.tensor->numel();
     }
     const Tensor mean = allreduce_mean(comm, flat, digest, all);
     begin = 0;
     for (const Buffer& b : buffers) {
-      const Tensor slot = mean.slice_rows(begin, begin + b.tensor->numel()).reshape(b.tensor->shape());
+      const Tensor slot = mean.slice_flat(begin, b.tensor->shape());
       b.tensor->copy_(slot.to(b.tensor->device()));  // in place: views of the buffer see it
       begin += b.tensor->numel();
     }

@@ -41,10 +41,11 @@ int checked_int(std::size_t value, const char* operation) {
 // Views of a flat buffer: one tensor per shape, consecutive.
 std::vector<Tensor> split_flat(const Tensor& flat, const std::vector<Shape>& shapes) {
   std::vector<Tensor> pieces;
+  pieces.reserve(shapes.size());
   std::int64_t begin = 0;
   for (const Shape& shape : shapes) {
     const std::int64_t n = shape_numel(shape);
-    pieces.push_back(flat.slice_rows(begin, begin + n).reshape(shape));
+    pieces.push_back(flat.slice_flat(begin, shape));
     begin += n;
   }
   return pieces;
@@ -69,6 +70,7 @@ std::vector<Tensor> on_host(const std::vector<Tensor>& xs) {
 // order, and their elements in all (numel).
 std::vector<Shape> piece_shapes(const std::vector<comm_detail::MessageHeader>& all, std::int64_t& numel) {
   std::vector<Shape> shapes;
+  shapes.reserve(all.size());
   numel = 0;
   for (const comm_detail::MessageHeader& header : all) {
     shapes.push_back(header.shape);
@@ -251,24 +253,11 @@ std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& hea
     if (abandoned_previous) header.flags |= comm_detail::kFlagAbandoned;
     return header;
   };
-  reap_orphans();
-  all.assign(size_, Header());
-  all[rank_] = finish(header_for(rank_));
-  {
-    const Header& h = all[rank_];
-    trace::FlightEntry entry;
-    entry.op = comm_detail::op_kind_name(h.kind);
-    entry.collective = true;
-    entry.peer = h.root;
-    entry.sequence = sequence;
-    if (h.has_flag(comm_detail::kFlagTyped)) {
-      entry.dtype = dtype_name(h.dtype);
-      entry.shape = h.shape;
-    }
-    collective_entry_ = flight_record(std::move(entry));
-  }
+  // The headers go first: what follows (the flight record, this rank's own header, reaping old
+  // sends) happens while they travel, off the peers' critical path.
   auto shared_buffers = std::make_shared<std::vector<std::vector<char>>>(size_);
   std::vector<std::vector<char>>& buffers = *shared_buffers;
+  keep_alive.push_back(shared_buffers);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const Header header = finish(header_for(peer));
@@ -286,7 +275,22 @@ std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& hea
                         comm_, &requests.back()),
               "MPI_Isend");
   }
-  keep_alive.push_back(shared_buffers);
+  all.assign(size_, Header());
+  all[rank_] = finish(header_for(rank_));
+  {
+    const Header& h = all[rank_];
+    trace::FlightEntry entry;
+    entry.op = comm_detail::op_kind_name(h.kind);
+    entry.collective = true;
+    entry.peer = h.root;
+    entry.sequence = sequence;
+    if (h.has_flag(comm_detail::kFlagTyped)) {
+      entry.dtype = dtype_name(h.dtype);
+      entry.shape = h.shape;
+    }
+    collective_entry_ = flight_record(std::move(entry));
+  }
+  reap_orphans();
   return sequence;
 }
 
@@ -342,7 +346,8 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std
     orphans_.push_back(Orphan{requests, keep_alive});
     throw;
   }
-  wait_all(requests, WaitContext{comm_detail::LazyText(operation), rank_ == 0 ? 1 % size_ : 0, true}, keep_alive);
+  wait_all(requests, WaitContext{comm_detail::LazyText(operation), rank_ == 0 ? 1 % size_ : 0, true},
+           std::move(keep_alive));
   apply_verdict(all, same_shape);
   trace::FlightRecorder::instance().set_state(collective_entry_, trace::FlightState::matched);
   return all;
@@ -1006,8 +1011,12 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
     collective_open_ = false;  // every piece came inside its header: nothing to wait for
   } else {
     keep_alive.push_back(flat.storage());
-    finish_collective(requests, operation, keep_alive);
-    if (reads) settle_reads(*reads, operation, std::move(keep_alive));
+    if (reads) {
+      finish_collective(requests, operation, keep_alive);
+      settle_reads(*reads, operation, std::move(keep_alive));
+    } else {
+      finish_collective(requests, operation, std::move(keep_alive));
+    }
   }
   out.flat = flat.to(xs[0].device());
   return out;

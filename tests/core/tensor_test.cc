@@ -173,6 +173,24 @@ TEST_CASE("slice_rows is a view of rows of the first axis", "[tensor][view]") {
   CHECK_THROWS_AS(scalar_tensor(1).slice_rows(0, 1), Error);
 }
 
+TEST_CASE("slice_flat views consecutive elements in any shape", "[tensor][view]") {
+  Tensor t = test_util::iota({4, 3});
+  const Tensor rows = t.slice_rows(1, 4);  // offset 3
+  Tensor s = rows.slice_flat(2, {2, 2});   // elements 5..8 of t
+  CHECK(s.shape() == Shape{2, 2});
+  CHECK(s.numel() == 4);
+  CHECK(s.storage_offset() == 5);
+  CHECK(s.shares_storage_with(t));
+  REQUIRE_VALUES(s, {5, 6, 7, 8});
+  s.data<float>()[3] = -8;
+  CHECK(t.data<float>()[8] == -8);
+  CHECK(t.slice_flat(12, {0, 5}).numel() == 0);
+  CHECK(t.slice_flat(0, {}).shape() == Shape{});  // a scalar: element 0
+  CHECK_THROWS_WITH(rows.slice_flat(7, {3}), Contains("slice_flat") && Contains("[7, 10)") && Contains("f32[3, 3]"));
+  CHECK_THROWS_AS(t.slice_flat(-1, {2}), Error);
+  CHECK_THROWS_AS(Tensor().slice_flat(0, {1}), Error);
+}
+
 TEST_CASE("clone copies rather than shares", "[tensor]") {
   Tensor t = test_util::iota({2, 3});
   Tensor c = t.clone();
