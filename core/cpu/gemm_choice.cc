@@ -18,8 +18,12 @@ namespace {
 
 // Products under this many multiply-adds are not timed (see the header).
 constexpr std::int64_t kTimedFrom = 32 * 32 * 32;
-// Products over this many are timed on a smaller shape of the same proportions.
-constexpr std::int64_t kTimedUpTo = std::int64_t(1) << 33;
+// Products over this many (4096^3) are timed on a smaller shape of the same proportions. At 2048^3
+// the libraries had not reached their full rate: on a 2-core AMD EPYC (Zen 5) with 2 threads,
+// OpenBLAS ran 262 GFLOP/s there against oneDNN's 276, but 4096^3 products in 390 ms against
+// 424, so a 4096 class timed at 2048 took the slower library (gemm.n4096.t2: 1.13x the best
+// SGEMM instead of 1.04x).
+constexpr std::int64_t kTimedUpTo = std::int64_t(1) << 36;
 
 template <typename T>
 const char* dtype_word() {
@@ -94,19 +98,25 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
   const std::string key = gemm_class_key<T>("gemm", m, n, k, ta, tb);
   std::vector<std::string> names;
   for (GemmBackend b : candidates) names.push_back(gemm_backend_name(b));
-  // A huge product is timed on a smaller one (its longest side halved until it is at most 2^33
-  // multiply-adds, 2048^3): at that size every library runs at its full rate already, and the
-  // first call of an 8192^3 class would otherwise stall for seconds per candidate.
-  std::int64_t tm = m, tn = n, tk = k;
-  while (tm * tn * tk > kTimedUpTo) {
-    std::int64_t& longest = tm >= tn && tm >= tk ? tm : (tn >= tk ? tn : tk);
-    longest = (longest + 1) / 2;
-  }
+  // A huge product is timed on a smaller one (its longest side halved until it is at most 2^36
+  // multiply-adds, 4096^3, about 0.4 s a candidate on 2 cores): the first call of an 8192^3 class
+  // would otherwise stall for seconds per candidate.
+  const GemmShape timed = gemm_timed_shape(m, n, k);
+  const std::int64_t tm = timed.m, tn = timed.n, tk = timed.k;
   const std::size_t chosen = measured_choice(
       key, names, [&] { return time_candidates<T>(candidates, tm, tn, tk, ta, tb); },
       2.0 * double(tm) * double(tn) * double(tk),
       std::to_string(tm) + "x" + std::to_string(tn) + "x" + std::to_string(tk));
   return candidates[chosen];
+}
+
+GemmShape gemm_timed_shape(std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmShape s{m, n, k};
+  while (s.m * s.n * s.k > kTimedUpTo) {
+    std::int64_t& longest = s.m >= s.n && s.m >= s.k ? s.m : (s.n >= s.k ? s.n : s.k);
+    longest = (longest + 1) / 2;
+  }
+  return s;
 }
 
 template <typename T>

@@ -8,8 +8,8 @@
 // product of that shape (synthetic data, interleaved rounds, the fastest round counts) and the
 // fastest is kept for the class, on disk, shared by every process on the machine
 // (core/cpu/measured_choice.h). Products under 32^3 multiply-adds are not timed: OpenBLAS where it
-// can (oneDNN's per-call cost dominates there), Eigen otherwise; those over 2048^3 are timed on a
-// smaller product (the longest side halved until it fits).
+// can (oneDNN's per-call cost dominates there), Eigen otherwise; those over 4096^3 are timed on a
+// smaller product (the longest side halved until it fits: gemm_timed_shape).
 //
 // Environment:
 //   TANDEM_GEMM=auto|openblas|onednn|eigen   a library for every product it can run (default auto)
@@ -32,6 +32,13 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
 // the family "gemm" (the thread count is this thread's: 1 inside a parallel region).
 template <typename T>
 std::string gemm_class_key(const char* family, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb);
+
+// The shape a product of m x n x k is timed on: itself up to 2^36 multiply-adds (4096^3), else
+// its longest side halved until it fits.
+struct GemmShape {
+  std::int64_t m, n, k;
+};
+GemmShape gemm_timed_shape(std::int64_t m, std::int64_t n, std::int64_t k);
 
 // Whether TANDEM_GEMM names a library (not auto).
 bool gemm_backend_forced();

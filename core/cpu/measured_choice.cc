@@ -51,6 +51,9 @@ std::string machine_signature() {
 #ifdef TANDEM_HAS_DNNL
   what << "|onednn " << DNNL_VERSION_MAJOR << '.' << DNNL_VERSION_MINOR << '.' << DNNL_VERSION_PATCH;
 #endif
+  // How the candidates are timed: a change that makes earlier timings stale (gemm_choice.cc's
+  // kTimedUpTo, 2^33 -> 2^36 in timing 2) starts a new file.
+  what << "|timing 2";
 #ifdef __AVX512F__
   what << "|avx512";
 #endif
