@@ -24,6 +24,14 @@
 #   BENCH_OPENBLAS_ENV=keep                  keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (unset by
 #                                            default: OpenBLAS detects the processor itself)
 #   BENCH_REPORT=dir scripts/bench.sh        only print the tables of an earlier run again
+#   BENCH_INTERLEAVE=1 scripts/bench.sh      family by family (gemm, mlp, conv, ...): each family's
+#                                            anchors, then its tandem benchmarks, each in its own
+#                                            sub-run ($BENCH_OUT/<family>/), the tables over all of
+#                                            them. This machine's speed changes by 10-30% from one
+#                                            quarter of an hour to the next; a plain sitting runs
+#                                            every anchor first and tandem's benchmarks 5-15 minutes
+#                                            later, so a ratio can carry that change. Interleaved,
+#                                            the two sides of a ratio run minutes apart at most.
 #
 # Results: $BENCH_OUT/tandem.txt (every tandem line, its median run), raw.txt (everything the
 # tandem benchmarks printed, every run, the raw MPI lines of comm_bench included), picked.txt (the
@@ -443,6 +451,37 @@ END {
 
 # --- main -------------------------------------------------------------------------------------
 
+# Interleaved: one sub-run per family, then the tables over their merged results.
+if [[ -n "${BENCH_INTERLEAVE:-}" && "$BENCH_INTERLEAVE" != 0 && -z "${BENCH_REPORT:-}" ]]; then
+  families=${WORDS:-gemm mlp conv lstm p2p coll mp dp pp tp lm moe}
+  mkdir -p "$OUT/anchors"
+  : > "$RAW"
+  : > "$PICKED"
+  : > "$OUT/anchors/summary.txt"
+  for family in $families; do
+    echo "# family $family: anchors, then tandem (log: $OUT/$family.log) t=${SECONDS}s" >&2
+    if ! BENCH_INTERLEAVE=0 BENCH_ONLY=$family BENCH_OUT="$OUT/$family" "$0" > "$OUT/$family.log" 2>&1; then
+      echo "# family $family: FAILED or MISSED (see $OUT/$family.log)" >&2
+      STATUS=1
+    fi
+    cat "$OUT/$family/raw.txt" >> "$RAW" 2>/dev/null || true
+    cat "$OUT/$family/picked.txt" >> "$PICKED" 2>/dev/null || true
+    # The family's own anchors only (a family without any reuses an earlier run's: not merged).
+    summary=$(cat "$OUT/$family/anchor_summary.path" 2>/dev/null || true)
+    if [[ "$summary" == "$OUT/$family/"* && -s "$summary" ]]; then
+      cat "$summary" >> "$OUT/anchors/summary.txt"
+    fi
+  done
+  grep '^name=tandem\.' "$PICKED" > "$TANDEM" || true
+  ANCHOR_SUMMARY="$OUT/anchors/summary.txt"
+  echo "$ANCHOR_SUMMARY" > "$OUT/anchor_summary.path"
+  compare
+  targets
+  echo
+  echo "# results in $OUT (total ${SECONDS}s; a sub-run per family in $OUT/<family>)"
+  exit $STATUS
+fi
+
 if [[ -n "${BENCH_REPORT:-}" ]]; then
   ANCHOR_SUMMARY=$(cat "$OUT/anchor_summary.path" 2>/dev/null || echo "$OUT/anchors/summary.txt")
   [[ -s "$PICKED" ]] || { "$SHARED/aggregate.sh" "$RAW" || true; } > "$PICKED"   # a run from before picked.txt
@@ -461,6 +500,11 @@ T0=$SECONDS
   # OPENBLAS_CORETYPE overrides OpenBLAS's own detection, for the anchors (LibTorch's products)
   # and tandem's OpenBLAS candidate alike: an environment that forces an older core slows both.
   echo "openblas_env=$(env | grep '^OPENBLAS_' | sort | paste -sd, - || true)"
+  # The kernel's own memory work beside the benchmarks (this workplace's VMs run DAMON with a
+  # pageout scheme, and its thread takes CPU time of its own).
+  echo "thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown)" \
+       "damon=$(cat /sys/kernel/mm/damon/admin/kdamonds/0/state 2>/dev/null || echo none)" \
+       "damon_action=$(cat /sys/kernel/mm/damon/admin/kdamonds/0/contexts/0/schemes/0/action 2>/dev/null || echo none)"
 } > "$OUT/env.txt"
 build
 run_anchors
