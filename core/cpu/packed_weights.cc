@@ -427,6 +427,11 @@ bool gemm_packed_rhs(const float* a, const Tensor& b, float* c, std::int64_t m, 
   return true;
 }
 
+bool packs_rhs(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
+  memory::desc desc;
+  return blocked_layout(m, n, k, ta, tb, accumulate, &desc);
+}
+
 PackedWeightStats packed_weight_stats() {
   Cache& cc = cache();
   std::lock_guard<std::mutex> lock(cc.mutex);
@@ -452,6 +457,7 @@ bool gemm_packed_rhs(const float*, const Tensor&, float*, std::int64_t, std::int
                      PlainProduct) {
   return false;
 }
+bool packs_rhs(std::int64_t, std::int64_t, std::int64_t, bool, bool, bool) { return false; }
 PackedWeightStats packed_weight_stats() { return {}; }
 void clear_packed_weights() {}
 

@@ -46,6 +46,11 @@ using PlainProduct = void (*)(const float* a, const float* b, float* c, std::int
 bool gemm_packed_rhs(const float* a, const Tensor& b, float* c, std::int64_t m, std::int64_t n, std::int64_t k,
                      bool ta, bool tb, bool accumulate, PlainProduct plain);
 
+// Whether such a product's right-hand side can be packed here: oneDNN asks for a blocked layout
+// for it. Where its kernels for this shape and instruction set read the plain layout (on an AVX2
+// machine, a b that is not transposed), a copy would be the same matrix, and products run plain.
+bool packs_rhs(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate);
+
 struct PackedWeightStats {
   std::int64_t packs = 0;            // packed copies made, since the start or the last clear
   std::int64_t packed_products = 0;  // products run on a packed copy, likewise
