@@ -13,8 +13,18 @@
 namespace tandem {
 namespace cpu {
 
-// Elements per thread below which parallelising element-wise work does not pay.
+// Elements per thread below which parallelising element-wise work does not pay, where waking a
+// team costs a few microseconds.
 constexpr std::int64_t kElementwiseGrain = 32768;
+
+// How many times larger every grain is on this machine (1, 2, 4, ... 64): the cost of waking the
+// team (an empty parallel region's median time, parallel.cc) over the few microseconds the grains
+// were chosen for. Under OMP_WAIT_POLICY=PASSIVE a region wakes sleeping threads; on this
+// workplace's VMs that took 62 us (0.9 us spinning), more than splitting an LSTM cell or a 100 x
+// 1000 activation saves. Measured once per machine and thread count and kept with the kernel
+// choices (core/cpu/measured_choice.h), so that reruns split work, and round reductions, alike.
+// TANDEM_GRAIN_SCALE=n (a power of two up to 64) sets it.
+std::int64_t grain_scale();
 
 // The most chunks parallel_chunks may make: the thread count, or 1 inside a parallel region.
 inline int max_chunks() {
@@ -33,7 +43,7 @@ template <typename Body>
 void parallel_chunks(std::int64_t n, std::int64_t cost_per_item, std::int64_t grain, const Body& body) {
   if (n <= 0) return;
 #ifdef _OPENMP
-  if (n > 1 && n * cost_per_item >= 2 * grain && max_chunks() > 1) {
+  if (n > 1 && n * cost_per_item >= 2 * grain && max_chunks() > 1 && n * cost_per_item >= 2 * grain * grain_scale()) {
     const int threads = static_cast<int>(std::min<std::int64_t>(max_chunks(), n));
     std::exception_ptr error;
 #pragma omp parallel num_threads(threads)
