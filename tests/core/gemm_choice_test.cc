@@ -26,6 +26,15 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+// The folder of the choices file under test. The file is fixed at the process's first lookup,
+// which any parallel loop on 2 threads may make (its grain scale, core/cpu/parallel.h), so
+// TANDEM_CACHE_DIR is set before the first test case runs.
+std::string choice_dir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return std::string(tmp ? tmp : "/tmp") + "/gemm-choice-test";
+}
+const bool choice_dir_set = (::setenv("TANDEM_CACHE_DIR", choice_dir().c_str(), 1), true);
+
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
@@ -128,10 +137,10 @@ TEST_CASE("double and integer products run on the libraries that support them", 
 }
 
 TEST_CASE("the choice is measured once per shape class, kept in the machine's file, and overridable", "[gemm]") {
-  // Bazel gives each test its own HOME (TEST_TMPDIR); TANDEM_CACHE_DIR points elsewhere on purpose.
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/gemm-choice-test";
-  ::setenv("TANDEM_CACHE_DIR", dir.c_str(), 1);
+  // Bazel gives each test its own HOME (TEST_TMPDIR); TANDEM_CACHE_DIR points elsewhere on purpose
+  // (set before the first test case: choice_dir_set).
+  REQUIRE(choice_dir_set);
+  const std::string dir = choice_dir();
   ::unsetenv("TANDEM_GEMM");
   const std::string path = measured_choice_file();
   // measured_choice_file() is fixed at the first lookup of the process; this test case makes it.
