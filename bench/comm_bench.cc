@@ -29,6 +29,7 @@
 //
 //   bazel build //bench:comm_bench && OMP_WAIT_POLICY=PASSIVE /usr/bin/mpiexec.mpich -n 2 bazel-bin/bench/comm_bench
 //   BENCH_ONLY=p2p (or coll): a subset.  BENCH_SCALE=2: twice the timed samples (never below 3).
+//   BENCH_P2P_SIZES=4B,4KB: only these ping-pong sizes (labels as in the ids).
 //   BENCH_COLL_SIZES=4096,65536,1048576: the collectives at these sizes in bytes (default 4 B, 4 KB,
 //   1 MB and 16 MB; up to 16 MB); BENCH_COLL_OPS=bcast,alltoall: only these collectives.
 //   Through ../shared/bench's runq (build it from runq.cpp) every line gets noise=.
@@ -100,7 +101,10 @@ void pingpong(const Context& c) {
   Communicator& comm = *c.comm;
   const int me = c.rank;
 
+  const char* only_sizes = std::getenv("BENCH_P2P_SIZES");  // e.g. "4B,4KB": only these labels
   for (int si = 0; si < 6; ++si) {
+    if (only_sizes && !std::strstr(("," + std::string(only_sizes) + ",").c_str(), (std::string(",") + labels[si] + ",").c_str()))
+      continue;
     const std::size_t bytes = sizes[si];
     const int count = static_cast<int>(bytes / sizeof(float));
     const int R = static_cast<int>(std::clamp<std::size_t>((std::size_t(16) << 20) / bytes, 1, 1000));

@@ -492,10 +492,12 @@ class MpiCommunicator : public Communicator {
   struct PendingSend {
     std::vector<MPI_Request> requests;
     KeepAlive keep_alive;
-    std::string description;  // "send f32[3] (tag 0, message #2) to rank 1"
+    Header header;  // what was sent, for the text of a failed wait (built then: see sent_text)
     int dest;
     std::int64_t flight_entry = -1;
   };
+  // "send f32[3] (tag 0, message #2) to rank 1": read only when a wait on the send fails.
+  static std::string sent_text(const Header& header, int dest);
   std::deque<PendingSend> pending_sends_;
   // Completes the pending sends at the front that have gone; no waiting.
   void reap_pending_sends();
