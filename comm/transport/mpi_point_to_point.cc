@@ -183,13 +183,17 @@ void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const Mes
     // payload that never comes: as with most errors here, the job should end.
     header.flags |= comm_detail::kFlagDevicePayload;
     const Tensor payload = x.to(transport_device());
-    send_bytes(header, nullptr, nullptr, dest, tag, operation);
+    send_bytes(std::move(header), nullptr, nullptr, dest, tag, operation);
     device_send(payload, dest);
     return;
   }
   // MPI reads host memory: a CUDA tensor is copied there first (waiting for its kernels).
-  const Tensor host = comm_detail::host_for_mpi(x);
-  send_bytes(header, host.raw_data(), host.storage(), dest, tag, operation, options.blocking);
+  if (x.device().is_cpu()) {
+    send_bytes(std::move(header), x.raw_data(), x.storage(), dest, tag, operation, options.blocking);
+  } else {
+    const Tensor host = comm_detail::host_for_mpi(x);
+    send_bytes(std::move(header), host.raw_data(), host.storage(), dest, tag, operation, options.blocking);
+  }
 }
 
 ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const MessageExpectation& expect, CallSite site) {
@@ -232,7 +236,6 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   // The payload is taken even when the message is not the one expected, so that the channel
   // stays in step (and a device sender is not left waiting).
   ReceivedMessage received;
-  received.header = header;
   if (header.kind == OpKind::object_send) {
     // Objects arrive as bytes; recv_obj reads them out.
     received.tensor = Tensor({static_cast<std::int64_t>(header.payload_bytes)}, DType::boolean);
@@ -251,7 +254,9 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
     TANDEM_FAIL("comm: ", operation, " on rank ", rank_, " received ", header.describe(), " from rank ", source,
                 ", but ", problem, " (the two ranks' programs disagree)");
   }
-  if (header.kind != OpKind::object_send) received.tensor = received.tensor.to(landing(header));
+  if (header.kind != OpKind::object_send && received.tensor.device() != landing(header))
+    received.tensor = received.tensor.to(landing(header));
+  received.header = std::move(incoming.message.header);  // its last use: `header` refers to it
   return received;
 }
 

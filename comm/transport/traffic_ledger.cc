@@ -36,12 +36,14 @@ int TrafficBook::rank_of_world(int world) const {
   return -1;
 }
 
-std::int64_t TrafficBook::record_send(int peer, int tag, MessageHeader header) {
+std::int64_t TrafficBook::record_send(int peer, int tag, const MessageHeader& header) {
   Sent& channel = sent_[key(peer, tag)];
   const std::int64_t number = channel.count++;
-  header.sequence = number;
-  header.tag = tag;
-  channel.recent[static_cast<std::size_t>(number % kRecent)] = std::move(header);
+  // Copied into the slot it replaces, whose shape keeps its memory: no allocation per send.
+  MessageHeader& slot = channel.recent[static_cast<std::size_t>(number % kRecent)];
+  slot = header;
+  slot.sequence = number;
+  slot.tag = tag;
   return number;
 }
 

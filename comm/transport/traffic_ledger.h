@@ -42,7 +42,7 @@ class TrafficBook {
   int rank_of_world(int world) const;
 
   // Numbers the next message to (peer, tag), remembers its header and returns the number.
-  std::int64_t record_send(int peer, int tag, MessageHeader header);
+  std::int64_t record_send(int peer, int tag, const MessageHeader& header);
   // Messages sent to (peer, tag) so far.
   std::int64_t sent(int peer, int tag) const;
   // The number the next message from (peer, tag) must carry: how many have been received.
