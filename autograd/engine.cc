@@ -106,7 +106,8 @@ class BackwardEngine {
     if (function.zero_fill_grad_outputs()) {
       for (std::size_t i = 0; i < grad_outputs.size(); ++i) {
         if (!grad_outputs[i].defined())
-          grad_outputs[i] = zeros(function.output_shapes_[i], function.output_dtypes_[i], function.output_devices_[i]);
+          grad_outputs[i] = zeros(function.output_meta_[i].shape, function.output_meta_[i].dtype,
+                                  function.output_meta_[i].device);
       }
     }
     function.check_not_released();

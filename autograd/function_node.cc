@@ -74,6 +74,10 @@ Variables FunctionNode::apply(const Variables& inputs) {
 
   Variables outputs;
   outputs.reserve(output_data.size());
+  if (recording_) {
+    outputs_.reserve(outputs_.size() + output_data.size());
+    output_meta_.reserve(output_meta_.size() + output_data.size());
+  }
   for (std::size_t i = 0; i < output_data.size(); ++i) {
     TANDEM_CHECK(output_data[i].defined(), name(), ": forward returned an undefined output ", i);
     const bool differentiable = recording_ && is_floating(output_data[i].dtype());
@@ -81,9 +85,7 @@ Variables FunctionNode::apply(const Variables& inputs) {
     if (recording_) {
       output.node()->creator = shared_from_this();
       outputs_.push_back(output.node());
-      output_shapes_.push_back(output.shape());
-      output_dtypes_.push_back(output.dtype());
-      output_devices_.push_back(output.device());
+      output_meta_.push_back(OutputMeta{output.shape(), output.dtype(), output.device()});
     }
     outputs.push_back(std::move(output));
   }

@@ -112,10 +112,14 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   std::int64_t sequence_number_ = -1;
   std::vector<std::shared_ptr<VariableNode>> inputs_;
   std::vector<std::weak_ptr<VariableNode>> outputs_;
-  // Shape, dtype and device of each output, to zero-fill missing gradients.
-  std::vector<Shape> output_shapes_;
-  std::vector<DType> output_dtypes_;
-  std::vector<Device> output_devices_;
+  // Shape, dtype and device of each output, to zero-fill missing gradients (one vector, not
+  // three: every recorded function allocates it).
+  struct OutputMeta {
+    Shape shape;
+    DType dtype;
+    Device device;
+  };
+  std::vector<OutputMeta> output_meta_;
   // The user's line that applied this function, when a CallSiteScope was active (the
   // communication functions open one): its backward runs under the same site, so that the
   // flight recorder names the user's line for the gradients' messages too.
