@@ -111,6 +111,19 @@ class Backend {
   virtual void softmax_backward(const Tensor& y, const Tensor& gy, std::int64_t rows, std::int64_t n, double scale,
                                 Tensor& gx);
 
+  // Softmax cross-entropy over each row of x [rows, n] against labels t [rows] (i32/i64, each in
+  // [0, n) or ignore_label: the front end, core/ops/cross_entropy.h, has checked them):
+  // stats[0][r] = m = max_j x[r, j], stats[1][r] = log(sum_j exp(x[r, j] - m)), and
+  // losses[r] = stats[1][r] - (x[r, t[r]] - m), exactly 0 where t[r] == ignore_label. Fused
+  // because the composition was twelve passes over the scores. Defaults compose the front end.
+  virtual void softmax_cross_entropy_forward(const Tensor& x, const Tensor& t, std::int64_t rows, std::int64_t n,
+                                             std::int64_t ignore_label, Tensor& losses, Tensor& stats);
+  // gx[r, j] = coef * (exp(x[r, j] - m - stats[1][r]) - [j == t[r]]), rows of ignored labels 0;
+  // coef holds one value (every row) or one per row.
+  virtual void softmax_cross_entropy_backward(const Tensor& x, const Tensor& stats, const Tensor& t,
+                                              const Tensor& coef, std::int64_t rows, std::int64_t n,
+                                              std::int64_t ignore_label, Tensor& gx);
+
   // Batched matrix product out[b] = op(a[b]) @ op(b[b]) for b in [0, batch), where op transposes
   // when the flag is set. a holds batch_a in {1, batch} matrices of [m, k] ([k, m] transposed),
   // b holds batch_b in {1, batch} matrices of [k, n] ([n, k] transposed); a batch of 1 is

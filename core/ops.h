@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/ops/conv.h"
+#include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/indexing.h"
 #include "core/ops/linalg.h"

@@ -17,31 +17,38 @@ class SoftmaxCrossEntropy : public FunctionNode {
     const Tensor& x = in[0];
     const Tensor& t = in[1];
     check(x, t);
-    const std::int64_t classes = x.size(1);
-    // Scores axis first: logp = x - logsumexp(x) along the class axis.
-    const Tensor shifted = sub(x, max(x, {1}, true));
-    const Tensor logp = sub(shifted, log(sum(exp(shifted), {1}, true)));
-    const Tensor valid = not_equal(t, static_cast<double>(ignore_label_));
-    count_ = check_labels(t, valid, classes);
-    const Tensor picked = sum(where(one_hot(t, classes), logp, zeros({}, x.dtype(), x.device())), {1});
-    const Tensor losses = where(valid, neg(picked), zeros({}, x.dtype(), x.device()));
-    save_for_backward({logp, t, valid});
+    // One fused kernel over rows of scores (core/ops/cross_entropy.h); [N, C, d...] scores move
+    // their class axis last first, so that row r is label r of t in its own order.
+    const Tensor x_rows = x.dim() == 2 ? x : permute(x, class_axis_last(x.dim())).reshape({t.numel(), x.size(1)});
+    const Tensor t_rows = t.reshape({t.numel()});
+    CrossEntropyRows rows = softmax_cross_entropy_rows(x_rows, t_rows, ignore_label_);
+    count_ = rows.counted;
+    x_shape_ = x.shape();
+    save_for_backward({x_rows, rows.stats, t_rows});
+    const Tensor losses = rows.losses.reshape(t.shape());
     if (reduce_ == Reduce::none) return {losses};
     return {mul(sum(losses), 1.0 / static_cast<double>(std::max<std::int64_t>(count_, 1)))};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
-    const Tensor& logp = saved()[0];
-    const Tensor& t = saved()[1];
-    const Tensor& valid = saved()[2];
-    // d loss_i / d x_i = softmax(x_i) - onehot(t_i), zero for ignored labels.
-    const Tensor zero = zeros({}, logp.dtype(), logp.device());
-    Tensor g = sub(exp(logp), where(one_hot(t, logp.size(1)), ones({}, logp.dtype(), logp.device()), zero));
-    g = where(expand_dims(valid, 1), g, zero);
-    // gy stays on its device (no item(): on a GPU it would wait for the device).
-    if (reduce_ == Reduce::mean)
-      return {mul(g, mul(gy[0], 1.0 / static_cast<double>(std::max<std::int64_t>(count_, 1)))), Tensor()};
-    return {mul(g, expand_dims(gy[0], 1)), Tensor()};
+    const Tensor& x_rows = saved()[0];
+    const Tensor& stats = saved()[1];
+    const Tensor& t_rows = saved()[2];
+    // d loss_i / d x_i = softmax(x_i) - onehot(t_i), zero for ignored labels, times the loss's
+    // gradient (and 1 / count for the mean). gy stays on its device (no item(): on a GPU it would
+    // wait for the device).
+    const Tensor coef = reduce_ == Reduce::mean
+                            ? mul(gy[0], 1.0 / static_cast<double>(std::max<std::int64_t>(count_, 1)))
+                            : gy[0].reshape({t_rows.numel()});
+    const Tensor g = softmax_cross_entropy_rows_backward(x_rows, stats, t_rows, coef, ignore_label_);
+    if (x_shape_.size() == 2) return {g, Tensor()};
+    // Back from [N, d..., C] to [N, C, d...].
+    Shape moved(x_shape_);
+    moved.erase(moved.begin() + 1);
+    moved.push_back(x_shape_[1]);
+    std::vector<std::int64_t> axes{0, static_cast<std::int64_t>(x_shape_.size()) - 1};
+    for (std::int64_t a = 1; a + 1 < static_cast<std::int64_t>(x_shape_.size()); ++a) axes.push_back(a);
+    return {permute(g.reshape(moved), axes), Tensor()};
   }
 
  private:
@@ -58,35 +65,18 @@ class SoftmaxCrossEntropy : public FunctionNode {
                  t.device());
   }
 
-  // Returns the number of labels that count (not ignore_label), after checking that they name a
-  // class: the extremes and the count come to the host in one transfer (one wait on a GPU).
-  std::int64_t check_labels(const Tensor& t, const Tensor& valid, std::int64_t classes) const {
-    if (t.numel() == 0) return 0;
-    const Tensor zero = zeros({}, t.dtype(), t.device());
-    const Tensor kept = where(valid, t, zero);
-    const std::vector<std::int64_t> summary =
-        stack({min(kept).to(DType::i64), max(kept).to(DType::i64), sum(valid.to(DType::i64))}).to_vector<std::int64_t>();
-    if (summary[0] >= 0 && summary[1] < classes) return summary[2];
-    const std::vector<std::int64_t> labels = t.to_vector<std::int64_t>();
-    for (std::size_t i = 0; i < labels.size(); ++i) {
-      if (labels[i] != ignore_label_ && (labels[i] < 0 || labels[i] >= classes))
-        TANDEM_FAIL("softmax_cross_entropy: label ", labels[i], " at flat position ", i, " is outside [0, ", classes,
-                    ") and is not the ignore_label ", ignore_label_);
-    }
-    return summary[2];
-  }
-
-  // bool [N, C, ...]: true where the class index equals the label.
-  static Tensor one_hot(const Tensor& t, std::int64_t classes) {
-    Shape class_shape(t.dim() + 1, 1);
-    class_shape[1] = classes;
-    const Tensor class_ids = arange(0, static_cast<double>(classes), 1, t.dtype(), t.device()).reshape(class_shape);
-    return equal(expand_dims(t, 1), class_ids);
+  // [N, C, d1, ..., dk] -> [N, d1, ..., dk, C].
+  static std::vector<std::int64_t> class_axis_last(std::size_t dims) {
+    std::vector<std::int64_t> axes{0};
+    for (std::int64_t a = 2; a < static_cast<std::int64_t>(dims); ++a) axes.push_back(a);
+    axes.push_back(1);
+    return axes;
   }
 
   std::int64_t ignore_label_;
   Reduce reduce_;
   std::int64_t count_ = 0;
+  Shape x_shape_;
 };
 
 class MeanSquaredError : public FunctionNode {

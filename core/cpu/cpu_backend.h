@@ -26,6 +26,11 @@ class CpuBackend final : public Backend {
                        Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& gy, std::int64_t rows, std::int64_t n, double scale,
                         Tensor& gx) override;
+  void softmax_cross_entropy_forward(const Tensor& x, const Tensor& t, std::int64_t rows, std::int64_t n,
+                                     std::int64_t ignore_label, Tensor& losses, Tensor& stats) override;
+  void softmax_cross_entropy_backward(const Tensor& x, const Tensor& stats, const Tensor& t, const Tensor& coef,
+                                      std::int64_t rows, std::int64_t n, std::int64_t ignore_label,
+                                      Tensor& gx) override;
   void matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int64_t batch, std::int64_t m,
               std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b, bool accumulate) override;
   void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst, const StridedView& dst_view,
