@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "core/cpu/measured_choice.h"
@@ -94,6 +95,10 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
     if (b != fallback && gemm_backend_supports<T>(b)) candidates.push_back(b);
   }
   if (candidates.size() < 2 || m * n * k < kTimedFrom) return fallback;
+  // Per thread and dtype (a static of this instantiation): no lock, nothing shared.
+  thread_local std::unordered_map<std::uint64_t, GemmBackend> memo;
+  const std::uint64_t code = gemm_class_code(m, n, k, ta, tb);
+  if (const auto it = memo.find(code); it != memo.end()) return it->second;
 
   const std::string key = gemm_class_key<T>("gemm", m, n, k, ta, tb);
   std::vector<std::string> names;
@@ -103,11 +108,20 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
   // would otherwise stall for seconds per candidate.
   const GemmShape timed = gemm_timed_shape(m, n, k);
   const std::int64_t tm = timed.m, tn = timed.n, tk = timed.k;
+  bool recorded = false;
   const std::size_t chosen = measured_choice(
       key, names, [&] { return time_candidates<T>(candidates, tm, tn, tk, ta, tb); },
       2.0 * double(tm) * double(tn) * double(tk),
-      std::to_string(tm) + "x" + std::to_string(tn) + "x" + std::to_string(tk));
+      std::to_string(tm) + "x" + std::to_string(tn) + "x" + std::to_string(tk), &recorded);
+  if (recorded) memo.emplace(code, candidates[chosen]);
   return candidates[chosen];
+}
+
+std::uint64_t gemm_class_code(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
+  // 6 bits per log2 (< 64), 2 for the transposes, the thread count above them.
+  return (static_cast<std::uint64_t>(max_chunks()) << 20) | (std::uint64_t(ta) << 19) | (std::uint64_t(tb) << 18) |
+         (static_cast<std::uint64_t>(log2_floor(m)) << 12) | (static_cast<std::uint64_t>(log2_floor(n)) << 6) |
+         static_cast<std::uint64_t>(log2_floor(k));
 }
 
 GemmShape gemm_timed_shape(std::int64_t m, std::int64_t n, std::int64_t k) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "core/cpu/gemm.h"
@@ -68,6 +69,9 @@ void split_product(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n,
 template <typename T>
 bool split_measured_faster(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
   if (cpu::gemm_backend_forced()) return true;
+  thread_local std::unordered_map<std::uint64_t, bool> memo;  // as in gemm_backend_for
+  const std::uint64_t code = cpu::gemm_class_code(m, n, k, ta, tb);
+  if (const auto it = memo.find(code); it != memo.end()) return it->second;
   auto measure = [&] {
     std::vector<T> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n)),
         c(static_cast<std::size_t>(m * n));
@@ -81,9 +85,13 @@ bool split_measured_faster(std::int64_t m, std::int64_t n, std::int64_t k, bool 
         },
         3, 1);
   };
-  return cpu::measured_choice(cpu::gemm_class_key<T>("gemm_split", m, n, k, ta, tb), {"split", "whole"}, measure,
-                              2.0 * double(m) * double(n) * double(k),
-                              std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k)) == 0;
+  bool recorded = false;
+  const bool split = cpu::measured_choice(cpu::gemm_class_key<T>("gemm_split", m, n, k, ta, tb), {"split", "whole"},
+                                          measure, 2.0 * double(m) * double(n) * double(k),
+                                          std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k),
+                                          &recorded) == 0;
+  if (recorded) memo.emplace(code, split);
+  return split;
 }
 
 // One product on all threads: split by tandem where split_measured_faster says so, otherwise

@@ -252,7 +252,7 @@ std::string measured_word(const std::string& key, const std::function<bool(const
 
 std::size_t measured_choice(const std::string& key, const std::vector<std::string>& names,
                             const std::function<std::vector<double>()>& measure, double flops,
-                            const std::string& detail) {
+                            const std::string& detail, bool* recorded) {
   const std::string word = measured_word(
       key, [&](const std::string& name) { return index_of(names, name) < names.size(); },
       [&] {
@@ -271,6 +271,7 @@ std::size_t measured_choice(const std::string& key, const std::vector<std::strin
         return std::make_pair(names[chosen], figures.str());
       });
   // "" from a worker of a region a measurement runs: candidate 0, unrecorded (see ChoiceStore).
+  if (recorded) *recorded = !word.empty();
   return word.empty() ? 0 : index_of(names, word);
 }
 

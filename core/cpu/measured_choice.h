@@ -26,9 +26,11 @@ namespace cpu {
 // The index of the chosen candidate among `names`. `measure` returns each candidate's seconds
 // (in names' order); `flops` (the work of one run, or 0) lets the file show GFLOP/s instead of
 // microseconds; `detail` is written at the line's end (e.g. the timed shape).
+// `recorded` (when given) says whether the answer is the kept one: false for candidate 0 given
+// to a worker of a parallel region while another thread measures (ask again later).
 std::size_t measured_choice(const std::string& key, const std::vector<std::string>& names,
                             const std::function<std::vector<double>()>& measure, double flops,
-                            const std::string& detail);
+                            const std::string& detail, bool* recorded = nullptr);
 
 // A measured setting rather than a choice among named candidates (e.g. how many products a
 // packed copy of a weight must serve to pay for its packing, core/cpu/packed_weights.h): kept in

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -225,4 +226,28 @@ TEST_CASE("a flat product on two threads: split by tandem or threaded by the lib
     }
     CHECK(split_lines == 2);  // NT m6 n9 k9 and TN m9 n9 k6
   }
+}
+
+TEST_CASE("a product's class code tells classes apart exactly as the text key does", "[gemm]") {
+  // The per-thread memos in front of the kept choices are keyed by the code: two shapes may share
+  // a code only when they share the key, or a product would run on another class's library.
+  const std::vector<std::int64_t> sides = {1, 2, 3, 31, 32, 33, 64, 100, 1000, 1024, 1025, 4096, 70000};
+  const int before = max_threads();
+  for (int threads : {1, 2}) {
+    set_max_threads(threads);
+    std::map<std::uint64_t, std::string> key_of_code;
+    std::map<std::string, std::uint64_t> code_of_key;
+    for (std::int64_t m : sides)
+      for (std::int64_t n : sides)
+        for (std::int64_t k : sides)
+          for (int t = 0; t < 4; ++t) {
+            const bool ta = t & 1, tb = t & 2;
+            const std::uint64_t code = gemm_class_code(m, n, k, ta, tb);
+            const std::string key = gemm_class_key<float>("gemm", m, n, k, ta, tb);
+            INFO(m << "x" << n << "x" << k << " " << key);
+            REQUIRE(key_of_code.emplace(code, key).first->second == key);
+            REQUIRE(code_of_key.emplace(key, code).first->second == code);
+          }
+  }
+  set_max_threads(before);
 }
