@@ -1,5 +1,6 @@
 // Element-wise kernels for the CPU backend: unary math through Eigen's vectorised array
 // functions, binary operations and where() over broadcast strides.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -43,13 +44,20 @@ constexpr double kGeluScale = 0.7978845608028654, kGeluCubic = 0.044715;
 
 // gy * gelu'(x), gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2), t = tanh(u):
 // one vectorised pass (the generic binary loop would call std::tanh per element).
+// In blocks of 512 with tanh's values on the stack: a chunk-sized temporary was a heap block of
+// up to the whole tensor (megabytes: fresh pages to fault in at every call).
 template <typename T>
 void gelu_grad_chunk(const T* gy, const T* in, T* out, std::int64_t n) {
-  ConstArrayMap<T> g(gy, n), x(in, n);
-  ArrayMap<T> y(out, n);
+  constexpr std::int64_t kBlock = 512;
+  alignas(64) T tanh_values[kBlock];
   const T k = T(kGeluScale), c = T(kGeluCubic);
-  const Eigen::Array<T, Eigen::Dynamic, 1> t = (k * (x + c * x.cube())).tanh();
-  y = g * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t.square()) * (T(1) + T(3) * c * x.square()));
+  for (std::int64_t begin = 0; begin < n; begin += kBlock) {
+    const std::int64_t len = std::min(kBlock, n - begin);
+    ConstArrayMap<T> g(gy + begin, len), x(in + begin, len);
+    ArrayMap<T> y(out + begin, len), t(tanh_values, len);
+    t = (k * (x + c * x.cube())).tanh();
+    y = g * (T(0.5) * (T(1) + t) + T(0.5) * k * x * (T(1) - t.square()) * (T(1) + T(3) * c * x.square()));
+  }
 }
 
 template <typename T>

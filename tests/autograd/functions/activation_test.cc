@@ -129,6 +129,21 @@ TEST_CASE("gelu: the tanh form's values and gradients", "[activation][gradcheck]
       CHECK(out[i] == Approx(want).epsilon(1e-14).margin(1e-15));
     }
   }
+  // A long tensor: the backward kernel runs in blocks (of 512), each with its own upstream gradient.
+  for (DType dtype : {DType::f64, DType::f32}) {
+    INFO(dtype_name(dtype));
+    Variable x(uniform({3, 1001}, seed++, -4, 4).to(dtype), true);
+    const Tensor w = uniform({3, 1001}, seed++, -2, 2).to(dtype);
+    F::sum(F::gelu(x) * Variable(w)).backward();
+    const std::vector<double> in = x.data().to_vector<double>(), ws = w.to_vector<double>(),
+                              grad = x.grad().to_vector<double>();
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const double v = in[i], k = std::sqrt(2 / M_PI), t = std::tanh(k * (v + 0.044715 * v * v * v));
+      const double want = ws[i] * (0.5 * (1 + t) + 0.5 * k * v * (1 - t * t) * (1 + 3 * 0.044715 * v * v));
+      INFO("element " << i);
+      REQUIRE(grad[i] == Approx(want).epsilon(dtype == DType::f64 ? 1e-13 : 1e-5).margin(dtype == DType::f64 ? 1e-13 : 2e-5));
+    }
+  }
   // Known values: gelu(0) = 0, gelu(1) = 0.8411920..., gelu(-1) = -0.1588079...
   const std::vector<double> y = F::gelu(Variable(from_vector(std::vector<double>{0, 1, -1}, {3}))).data().to_vector<double>();
   CHECK(y[0] == 0);
