@@ -65,15 +65,25 @@ struct StridedLoop {
         });
         return;
       }
+      // The outer index of the chunk's first row by division, then counted up like an odometer
+      // (a division per axis and row had cost more than copying a short row: the heads'
+      // transposes of attention, rows of 32 floats).
+      std::array<std::int64_t, N> offsets{};
+      Shape index(nd - 1, 0);
+      std::int64_t rest = begin;
+      for (std::size_t d = nd - 1; d-- > 0;) {
+        index[d] = rest % shape[d];
+        rest /= shape[d];
+        for (std::size_t k = 0; k < N; ++k) offsets[k] += index[d] * strides[k][d];
+      }
       for (std::int64_t row = begin; row < end; ++row) {
-        std::array<std::int64_t, N> offsets{};
-        std::int64_t rest = row;
-        for (std::size_t d = nd - 1; d-- > 0;) {
-          const std::int64_t index = rest % shape[d];
-          rest /= shape[d];
-          for (std::size_t k = 0; k < N; ++k) offsets[k] += index * strides[k][d];
-        }
         inner(offsets, inner_n, inner_strides);
+        for (std::size_t d = nd - 1; d-- > 0;) {
+          for (std::size_t k = 0; k < N; ++k) offsets[k] += strides[k][d];
+          if (++index[d] < shape[d]) break;
+          for (std::size_t k = 0; k < N; ++k) offsets[k] -= strides[k][d] * shape[d];
+          index[d] = 0;
+        }
       }
     });
   }

@@ -2,8 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/ops.h"
+#include "core/threads.h"
 #include "tests/core/test_util.h"
 
 using namespace tandem;
@@ -68,6 +70,20 @@ TEST_CASE("permute, transpose and swapaxes move elements by index arithmetic", "
   // Large enough for the parallel strided copy.
   const Tensor big = test_util::uniform({300, 400}, 2);
   REQUIRE_VALUES(transpose(big), permuted(big, {1, 0}));
+  // Attention's heads transpose: many short rows over three outer axes, split among threads at
+  // rows in the middle of the outer axes (each chunk counts its rows on from its first).
+  // TANDEM_GRAIN_SCALE=1: split from 2 x 32768 elements on, whatever a wake-up costs here.
+  const Tensor heads = test_util::uniform({5, 131, 4, 33}, 3);
+  ::setenv("TANDEM_GRAIN_SCALE", "1", 1);
+  for (int threads : {1, 2}) {
+    INFO(threads << " threads");
+    const int before = max_threads();
+    set_max_threads(threads);
+    const Tensor moved = permute(heads, {0, 2, 1, 3});
+    set_max_threads(before);
+    REQUIRE_VALUES(moved, permuted(heads, {0, 2, 1, 3}));
+  }
+  ::unsetenv("TANDEM_GRAIN_SCALE");
 }
 
 TEST_CASE("bad permutations throw", "[shape][permute][errors]") {
