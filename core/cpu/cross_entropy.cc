@@ -6,7 +6,8 @@
 // so a row's result does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <cstdlib>
+#include <memory>
 
 #include <Eigen/Core>
 
@@ -36,13 +37,18 @@ void with_labels(const Tensor& t, const Body& body) {
 template <typename T, typename L>
 void cross_entropy_rows(const T* x, const L* t, T* losses, T* top, T* log_sum, std::int64_t begin, std::int64_t end,
                         std::int64_t n, std::int64_t ignore_label) {
-  std::vector<T> scratch(static_cast<std::size_t>(n));
-  ArrayMap<T> e(scratch.data(), n);
+  // 64-byte aligned: Eigen's vectorised sum starts its packets at the first aligned element, so
+  // the order of the additions (and the sum's last bits) would follow wherever malloc put a
+  // plain vector, and with it the loss of identical runs.
+  const std::size_t bytes = (static_cast<std::size_t>(n) * sizeof(T) + 63) / 64 * 64;
+  const std::unique_ptr<T, decltype(&std::free)> scratch(static_cast<T*>(std::aligned_alloc(64, bytes)), &std::free);
+  TANDEM_CHECK(scratch != nullptr, "softmax_cross_entropy: could not allocate ", bytes, " bytes of scratch");
+  ArrayMap<T> e(scratch.get(), n);
   for (std::int64_t r = begin; r < end; ++r) {
     ConstArrayMap<T> row(x + r * n, n);
     const T m = row.maxCoeff();
     e = row - m;  // <= 0; exp in place
-    cpu::exp_chunk(ConstArrayMap<T>(scratch.data(), n), e, scratch.data(), n);
+    cpu::exp_chunk(ConstArrayMap<T>(scratch.get(), n), e, scratch.get(), n);
     const T ls = std::log(e.sum());
     top[r] = m;
     log_sum[r] = ls;
@@ -65,9 +71,9 @@ void cross_entropy_backward_rows(const T* x, const T* top, const T* log_sum, con
     ArrayMap<T> g(out, n);
     g = (ConstArrayMap<T>(x + r * n, n) - top[r]) - log_sum[r];
     cpu::exp_chunk(ConstArrayMap<T>(out, n), g, out, n);
-    const T c = coef[r * coef_stride];
-    g *= c;
-    out[label] -= c;
+    // The label's entry as p - 1 before scaling (exact when p is near 1), not p * c - c.
+    out[label] -= T(1);
+    g *= coef[r * coef_stride];
   }
 }
 
