@@ -134,14 +134,16 @@ Tensor Tensor::slice_rows(std::int64_t begin, std::int64_t end) const {
   return view;
 }
 
-Tensor Tensor::slice_flat(std::int64_t begin, const Shape& shape) const {
+Tensor Tensor::slice_flat(std::int64_t begin, const Shape& shape) const { return slice_flat(begin, Shape(shape)); }
+
+Tensor Tensor::slice_flat(std::int64_t begin, Shape&& shape) const {
   const std::int64_t n = shape_numel(shape);
   TANDEM_CHECK(defined() && 0 <= begin && n >= 0 && begin + n <= numel_, "slice_flat: elements [", begin, ", ",
                begin + n, ") as ", shape, " out of range for ", description());
   Tensor view;
   view.storage_ = storage_;
   view.offset_ = offset_ + begin;
-  view.shape_ = shape;
+  view.shape_ = std::move(shape);
   view.numel_ = n;
   view.dtype_ = dtype_;
   view.device_ = device_;

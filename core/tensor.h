@@ -59,6 +59,7 @@ class Tensor {
   // numel(shape) consecutive elements from element `begin` (row-major), viewed as `shape`:
   // the pieces of a flat buffer (slice_rows(b, e).reshape(shape) in one step).
   Tensor slice_flat(std::int64_t begin, const Shape& shape) const;
+  Tensor slice_flat(std::int64_t begin, Shape&& shape) const;  // the shape moved in, not copied
 
   // Copies.
   Tensor clone() const;

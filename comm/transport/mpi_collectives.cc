@@ -51,6 +51,19 @@ std::vector<Tensor> split_flat(const Tensor& flat, const std::vector<Shape>& sha
   return pieces;
 }
 
+// The same, the shapes moved into the views (no copy of each).
+std::vector<Tensor> split_flat(const Tensor& flat, std::vector<Shape>&& shapes) {
+  std::vector<Tensor> pieces;
+  pieces.reserve(shapes.size());
+  std::int64_t begin = 0;
+  for (Shape& shape : shapes) {
+    const std::int64_t n = shape_numel(shape);
+    pieces.push_back(flat.slice_flat(begin, std::move(shape)));
+    begin += n;
+  }
+  return pieces;
+}
+
 // The pieces as one buffer, in order: a view when they already lie back to back in one
 // storage (slices of one tensor, as split produces), else a packed copy.
 struct Packed {
@@ -64,6 +77,29 @@ std::vector<Tensor> on_host(const std::vector<Tensor>& xs) {
   hosts.reserve(xs.size());
   for (const Tensor& x : xs) hosts.push_back(comm_detail::host_for_mpi(x));
   return hosts;
+}
+
+// An exchange's pieces as they would be on the host, and there already (the same list, nothing
+// copied) when every piece is on the CPU; else copies in `storage`.
+comm_detail::PieceList on_host(const comm_detail::PieceList& xs, std::vector<Tensor>& storage) {
+  bool all_cpu = true;
+  for (std::size_t r = 0; r < xs.size() && all_cpu; ++r) all_cpu = xs[r].device().is_cpu();
+  if (all_cpu) return xs;
+  storage = on_host(xs.to_vector());
+  return storage;
+}
+
+// An exchange's shapes out of the headers (which keep theirs empty): what each rank sent here,
+// in rank order, and their elements in all (numel).
+std::vector<Shape> take_piece_shapes(std::vector<comm_detail::MessageHeader>& all, std::int64_t& numel) {
+  std::vector<Shape> shapes;
+  shapes.reserve(all.size());
+  numel = 0;
+  for (comm_detail::MessageHeader& header : all) {
+    numel += shape_numel(header.shape);
+    shapes.push_back(std::move(header.shape));
+  }
+  return shapes;
 }
 
 // An exchange's pieces for this rank: what each rank sends here (its header's shape), in rank
@@ -163,6 +199,13 @@ std::uint64_t shapes_digest(const std::vector<Tensor>& xs) {
 
 }  // namespace
 
+std::vector<Tensor> comm_detail::PieceList::to_vector() const {
+  std::vector<Tensor> list;
+  list.reserve(size_);
+  for (std::size_t r = 0; r < size_; ++r) list.push_back((*this)[r]);
+  return list;
+}
+
 void MpiCommunicator::check_root(int root, const char* operation) const {
   TANDEM_CHECK(root >= 0 && root < size_, operation, ": root ", root, " does not exist (communicator of size ", size_,
                ", this is rank ", rank_, ")");
@@ -239,7 +282,7 @@ bool MpiCommunicator::inlines(const Tensor& x) const {
          x.nbytes() * static_cast<std::size_t>(size_ - 1) <= kInlineCollectiveTotal;
 }
 
-std::int64_t MpiCommunicator::post_headers(const std::function<Header(int)>& header_for, std::vector<Header>& all,
+std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, std::vector<Header>& all,
                                           std::vector<MPI_Request>& requests, KeepAlive& keep_alive,
                                           const InlineData* inline_data) {
   check_usable();
@@ -318,7 +361,7 @@ bool MpiCommunicator::take_header(int peer, const WaitContext* blocking, Header&
   return true;
 }
 
-std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const std::function<Header(int)>& header_for,
+std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(FunctionRef<Header(int)> header_for,
                                                                        bool same_shape, InlineData* inline_data) {
   // Started collectives whose headers are still on their way come first: their headers were
   // sent before this one's.
@@ -679,9 +722,9 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
   // it when small) and receives theirs, the pieces of alltoall (MPICH's non-blocking allgather
   // took several times as long at 2 ranks). The choice is the same on every rank.
   if (exchanges_directly(x)) {
-    const FlatExchange exchanged = exchange_pieces(std::vector<Tensor>(static_cast<std::size_t>(size_), x),
-                                                   OpKind::allgather, "allgather", nullptr, PieceOptions());
-    return split_flat(exchanged.flat, exchanged.shapes);
+    FlatExchange exchanged =
+        exchange_pieces(PieceList::same_for_all(x, size_), OpKind::allgather, "allgather", nullptr, PieceOptions());
+    return split_flat(exchanged.flat, std::move(exchanged.shapes));
   }
   Header mine = collective_header(OpKind::allgather, -1, &x);
   const bool small = inlines(x);
@@ -754,8 +797,8 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs, Cal
                  " and ", x.description(), ")");
   }
   check_one_kind(xs, "alltoall");
-  const FlatExchange exchanged = exchange_pieces(xs, OpKind::alltoall, "alltoall", nullptr, PieceOptions());
-  return split_flat(exchanged.flat, exchanged.shapes);
+  FlatExchange exchanged = exchange_pieces(xs, OpKind::alltoall, "alltoall", nullptr, PieceOptions());
+  return split_flat(exchanged.flat, std::move(exchanged.shapes));
 }
 
 AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts, CallSite site) {
@@ -799,21 +842,21 @@ bool MpiCommunicator::exchanges_directly(const Tensor& x) const {
   return eager_data_ && size_ <= kDirectRanks && !hierarchical_ && !moves_on_device(x);
 }
 
-MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector<Tensor>& xs, OpKind kind,
+MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const PieceList& xs, OpKind kind,
                                                                const char* operation, const Shape* row_shape,
                                                                const PieceOptions& options) {
   // Whether every piece of this rank has the same size: when all ranks say so (with the same
   // size), every rank can choose MPI_Alltoall, which beats the v-variant.
   bool eager = eager_data_ && !moves_on_device(xs[0]);
-  for (const Tensor& x : xs)
-    eager = eager && x.nbytes() <= static_cast<std::size_t>(INT_MAX) && x.dim() <= comm_detail::kMaxDims;
+  for (std::size_t r = 0; r < xs.size(); ++r)
+    eager = eager && xs[r].nbytes() <= static_cast<std::size_t>(INT_MAX) && xs[r].dim() <= comm_detail::kMaxDims;
   if (eager) return exchange_pieces_eagerly(xs, kind, operation, row_shape, options);
   std::int64_t uniform = static_cast<std::int64_t>(xs[0].nbytes());
-  for (const Tensor& x : xs)
-    if (static_cast<std::int64_t>(x.nbytes()) != uniform) uniform = -1;
+  for (std::size_t r = 0; r < xs.size(); ++r)
+    if (static_cast<std::int64_t>(xs[r].nbytes()) != uniform) uniform = -1;
   std::vector<Tensor> sends;  // transport copies, before the exchange (see run_device_phase)
   if (moves_on_device(xs[0]))
-    for (const Tensor& x : xs) sends.push_back(transport_copy(x));
+    for (std::size_t r = 0; r < xs.size(); ++r) sends.push_back(transport_copy(xs[r]));
   const std::vector<Header> all = exchange_headers(
       [&](int peer) {
         Header header = collective_header(kind, -1, &xs[peer]);
@@ -859,7 +902,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const std::vector
   }
   checked_int(send_total, operation);
   checked_int(recv_total, operation);
-  const Packed send = pack(on_host(xs), xs[0].dtype());
+  const Packed send = pack(on_host(xs.to_vector()), xs[0].dtype());
   Tensor flat({numel}, xs[0].dtype());
   std::vector<MPI_Request> requests(1);
   if (equal) {  // every rank saw every count in the headers, so all choose the same call
@@ -895,15 +938,17 @@ void MpiCommunicator::check_rows(const std::vector<Header>& all, const Shape& ro
   }
 }
 
-MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std::vector<Tensor>& xs, OpKind kind,
+MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const PieceList& xs, OpKind kind,
                                                                        const char* operation,
                                                                        const Shape* row_shape,
                                                                        const PieceOptions& options) {
   check_usable();
   // Each peer's piece goes now, before the headers; the header says it did (kDataEager) and how
   // long it is, so the receiver posts its receive as soon as it has the header.
-  const std::vector<Tensor> hosts = on_host(xs);
+  std::vector<Tensor> host_copies;
+  const PieceList hosts = on_host(xs, host_copies);
   std::vector<MPI_Request> requests;
+  requests.reserve(2 * static_cast<std::size_t>(size_));  // a send and a receive per peer at most
   KeepAlive keep_alive;
   // Small pieces travel inside the headers instead (each receiver takes what each header
   // carries, so the choice is the sender's alone).
@@ -985,7 +1030,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
   }
   FlatExchange out;
   std::int64_t numel = 0;
-  out.shapes = piece_shapes(all, numel);
+  out.shapes = take_piece_shapes(all, numel);  // all's shapes are not read again
   Tensor flat({numel}, xs[0].dtype());
   char* into = static_cast<char*>(flat.raw_data());
   char* own = nullptr;  // where this rank's piece for itself goes: copied once the receives are posted
@@ -1018,7 +1063,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const std
       finish_collective(requests, operation, std::move(keep_alive));
     }
   }
-  out.flat = flat.to(xs[0].device());
+  out.flat = xs[0].device().is_cpu() ? std::move(flat) : flat.to(xs[0].device());
   return out;
 }
 
@@ -1038,8 +1083,8 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
     options.digest = digest;
     options.same_shape = true;
     const Tensor host = comm_detail::host_for_mpi(x);
-    const FlatExchange exchanged = exchange_pieces(std::vector<Tensor>(static_cast<std::size_t>(size_), host),
-                                                   OpKind::allreduce, operation, nullptr, options);
+    const FlatExchange exchanged =
+        exchange_pieces(PieceList::same_for_all(host, size_), OpKind::allreduce, operation, nullptr, options);
     // Every rank's tensor arrived whole: each rank sums them in rank order, so all get the same bits.
     Tensor y(x.shape(), x.dtype());
     if (y.nbytes() > 0) {

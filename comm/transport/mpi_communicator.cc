@@ -186,8 +186,9 @@ MpiCommunicator::FlightCall::~FlightCall() {
   if (!outer_) return;
   comm_.flight_call_ = nullptr;
   const bool failed = std::uncaught_exceptions() > uncaught_;
-  for (std::int64_t id : ending_)
+  ending_.for_each([failed](std::int64_t id) {
     trace::FlightRecorder::instance().set_state(id, failed ? trace::FlightState::failed : trace::FlightState::completed);
+  });
 }
 
 std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_with_call) {

@@ -27,8 +27,29 @@
 #include "comm/transport/direct_read.h"
 #include "comm/transport/lazy_text.h"
 #include "comm/transport/traffic_ledger.h"
+#include "core/function_ref.h"
 
 namespace tandem {
+
+namespace comm_detail {
+// The pieces of an exchange, one per rank: a list, or one tensor for every rank (allgather's
+// and allreduce's), without copying it per rank.
+class PieceList {
+ public:
+  PieceList(const std::vector<Tensor>& list) : data_(list.data()), size_(list.size()) {}  // NOLINT
+  static PieceList same_for_all(const Tensor& x, int ranks) { return PieceList(&x, ranks, true); }
+  const Tensor& operator[](std::size_t rank) const { return data_[same_ ? 0 : rank]; }
+  std::size_t size() const { return size_; }
+  std::vector<Tensor> to_vector() const;
+
+ private:
+  PieceList(const Tensor* data, int ranks, bool same)
+      : data_(data), size_(static_cast<std::size_t>(ranks)), same_(same) {}
+  const Tensor* data_;
+  std::size_t size_;
+  bool same_ = false;
+};
+}  // namespace comm_detail
 
 class MpiCommunicator : public Communicator {
  public:
@@ -179,7 +200,32 @@ class MpiCommunicator : public Communicator {
     bool outer_;
     CallSite user_, direct_;
     int uncaught_;
-    std::vector<std::int64_t> ending_;  // entries that end with the call
+    // The entries that end with the call. A call makes one or two, so the first four are kept
+    // in place, not in a heap block (one allocation less in every small collective).
+    class EndingIds {
+     public:
+      void push_back(std::int64_t id) {
+        if (few_count_ < 4) few_[few_count_++] = id;
+        else more_.push_back(id);
+      }
+      bool empty() const { return few_count_ == 0; }
+      std::int64_t back() const { return more_.empty() ? few_[few_count_ - 1] : more_.back(); }
+      void pop_back() {
+        if (!more_.empty()) more_.pop_back();
+        else --few_count_;
+      }
+      template <typename F>
+      void for_each(F&& f) const {
+        for (int i = 0; i < few_count_; ++i) f(few_[i]);
+        for (std::int64_t id : more_) f(id);
+      }
+
+     private:
+      std::int64_t few_[4] = {};
+      int few_count_ = 0;
+      std::vector<std::int64_t> more_;
+    };
+    EndingIds ending_;
   };
   FlightCall* flight_call_ = nullptr;
   // Records an entry for this communicator (its id, rank and the current call's sites); returns
@@ -289,25 +335,26 @@ class MpiCommunicator : public Communicator {
     std::uint64_t digest = 0;
     bool same_shape = false;
   };
-  FlatExchange exchange_pieces(const std::vector<Tensor>& xs, comm_detail::OpKind kind, const char* operation,
+  using PieceList = comm_detail::PieceList;
+  FlatExchange exchange_pieces(const PieceList& xs, comm_detail::OpKind kind, const char* operation,
                                const Shape* row_shape, const PieceOptions& options);
   // Small collectives' data travels inside the headers (kFlagInlinePayload, which header_for
   // sets on the headers that carry it): a collective whose every relevant header carries its
   // data needs no data phase, one exchange of messages instead of two (kInlineCollectiveBytes).
   struct InlineData {
     const Tensor* to_all = nullptr;                 // the tensor in the header for every peer,
-    const std::vector<Tensor>* per_peer = nullptr;  // or one per peer (alltoall)
+    const PieceList* per_peer = nullptr;            // or one per peer (alltoall)
     // Per rank: its header's message as it arrived, and where the payload starts in it.
     std::vector<std::vector<char>> messages;
     std::vector<std::size_t> offsets;
     const char* payload(int rank) const { return messages[rank].data() + offsets[rank]; }
   };
-  std::vector<Header> exchange_headers(const std::function<Header(int peer)>& header_for, bool same_shape,
+  std::vector<Header> exchange_headers(FunctionRef<Header(int peer)> header_for, bool same_shape,
                                        InlineData* inline_data = nullptr);
   // exchange_headers in parts: post this rank's headers to every peer (the sends' requests and
   // buffers appended), take one peer's next collective header (blocking with a context, else
   // only if it has arrived), and the verdict (throws the disagreement error).
-  std::int64_t post_headers(const std::function<Header(int peer)>& header_for, std::vector<Header>& all,
+  std::int64_t post_headers(FunctionRef<Header(int peer)> header_for, std::vector<Header>& all,
                             std::vector<MPI_Request>& requests, KeepAlive& keep_alive,
                             const InlineData* inline_data = nullptr);
   // message/offset (optional): the whole message and where an inline payload starts in it.
@@ -373,7 +420,7 @@ class MpiCommunicator : public Communicator {
   // alltoall(v) with the pieces sent at once beside the headers (kDataEager): each peer's piece
   // is received as soon as its header says how long it is, while this rank's own moves, so the
   // data phase does not wait for the slowest rank to finish its header exchange.
-  FlatExchange exchange_pieces_eagerly(const std::vector<Tensor>& xs, comm_detail::OpKind kind,
+  FlatExchange exchange_pieces_eagerly(const PieceList& xs, comm_detail::OpKind kind,
                                        const char* operation, const Shape* row_shape, const PieceOptions& options);
   // Up to this many ranks (and without a host hierarchy), allgather and allreduce of CPU tensors
   // exchange the whole tensors directly, beside their headers (exchange_pieces_eagerly), and

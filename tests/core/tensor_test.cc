@@ -189,6 +189,17 @@ TEST_CASE("slice_flat views consecutive elements in any shape", "[tensor][view]"
   CHECK_THROWS_WITH(rows.slice_flat(7, {3}), Contains("slice_flat") && Contains("[7, 10)") && Contains("f32[3, 3]"));
   CHECK_THROWS_AS(t.slice_flat(-1, {2}), Error);
   CHECK_THROWS_AS(Tensor().slice_flat(0, {1}), Error);
+  // A named shape (copied) and a moved one view the same elements.
+  const Shape shape{3, 1};
+  Shape moved = shape;
+  const Tensor copied_view = t.slice_flat(1, shape), moved_view = t.slice_flat(1, std::move(moved));
+  CHECK(shape == Shape{3, 1});
+  CHECK(copied_view.shape() == shape);
+  CHECK(moved_view.shape() == shape);
+  CHECK(moved_view.storage_offset() == 1);
+  REQUIRE_VALUES(moved_view, {1, 2, 3});
+  Shape too_long{13};
+  CHECK_THROWS_WITH(t.slice_flat(0, std::move(too_long)), Contains("[0, 13)"));
 }
 
 TEST_CASE("clone copies rather than shares", "[tensor]") {
