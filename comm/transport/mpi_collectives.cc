@@ -51,6 +51,12 @@ std::vector<Tensor> split_flat(const Tensor& flat, const std::vector<Shape>& sha
   return pieces;
 }
 
+// t on `device`: t itself, moved (no copy of its shape), when it lies there already.
+Tensor moved_to(Tensor t, const Device& device) {
+  if (t.device() == device) return t;  // (a conditional expression would copy it)
+  return t.to(device);
+}
+
 // The same, the shapes moved into the views (no copy of each).
 std::vector<Tensor> split_flat(const Tensor& flat, std::vector<Shape>&& shapes) {
   std::vector<Tensor> pieces;
@@ -371,8 +377,7 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(FunctionR
   KeepAlive keep_alive;
   post_headers(header_for, all, requests, keep_alive, inline_data);
   if (inline_data) {
-    inline_data->messages.assign(size_, std::vector<char>());
-    inline_data->offsets.assign(size_, 0);
+    inline_data->arrived.assign(size_, InlineData::Arrived());
   }
   const Header& own = all[rank_];
   const auto operation = [&own] { return own.describe(); };
@@ -380,7 +385,8 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(FunctionR
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       const WaitContext context{comm_detail::LazyText(operation), peer, true};
-      if (inline_data) take_header(peer, &context, all[peer], &inline_data->messages[peer], &inline_data->offsets[peer]);
+      if (inline_data) take_header(peer, &context, all[peer], &inline_data->arrived[peer].message,
+                                     &inline_data->arrived[peer].offset);
       else take_header(peer, &context, all[peer]);
     }
   } catch (...) {
@@ -551,7 +557,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     if (is_root) return x;
     Tensor y = comm_detail::host_buffer(from_root.shape, from_root.dtype, landing(from_root));
     if (y.nbytes() > 0) std::memcpy(y.raw_data(), carried.payload(root), y.nbytes());
-    return y.to(landing(from_root));
+    return moved_to(std::move(y), landing(from_root));
   }
   if (from_root.has_data_flag(comm_detail::kDataInMemory)) {
     auto reads = std::make_shared<DirectReads>();
@@ -569,7 +575,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     read_memory_of(root, from_root, y.raw_data(), *reads, requests, operation);
     finish_collective(requests, operation, keep);
     settle_reads(*reads, operation, std::move(keep));
-    return y.to(landing(from_root));
+    return moved_to(std::move(y), landing(from_root));
   }
   if (from_root.has_data_flag(comm_detail::kDataEager)) {
     if (is_root) {
@@ -582,7 +588,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
                         comm_, &requests[0]),
               "MPI_Irecv");
     finish_collective(requests, operation, {y.storage()});
-    return y.to(landing(from_root));
+    return moved_to(std::move(y), landing(from_root));
   }
   if (on_device(all)) {
     run_device_phase(operation, [&] {
@@ -601,7 +607,8 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
     check_mpi(MPI_Ibcast(bytes + offset, count, MPI_BYTE, root, comm_, &requests.back()), "MPI_Ibcast");
   }
   finish_collective(requests, operation, {y.storage()});
-  return is_root ? x : y.to(landing(from_root));
+  if (is_root) return x;
+  return moved_to(std::move(y), landing(from_root));
 }
 
 Tensor MpiCommunicator::bcast(const Tensor& x, int root, CallSite site) { return bcast_checked(x, root, 0, "bcast", site); }
@@ -631,7 +638,7 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root, CallSite 
       device_gather(staged, pieces, root);
     });
     if (!is_root) return {};
-    return split_flat(flat.to(x.device()), shapes);
+    return split_flat(moved_to(std::move(flat), x.device()), std::move(shapes));
   }
   const Tensor send = comm_detail::host_for_mpi(x);
   const int send_count = checked_int(send.nbytes(), "gather");
@@ -656,7 +663,7 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root, CallSite 
                          MPI_BYTE, root, comm_, &requests[0]),
             "MPI_Igatherv");
   finish_collective(requests, "gather", {send.storage(), flat.storage()});
-  return split_flat(flat.to(x.device()), shapes);
+  return split_flat(moved_to(std::move(flat), x.device()), std::move(shapes));
 }
 
 Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root, CallSite site) {
@@ -753,7 +760,7 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
       if (bytes > 0) std::memcpy(into, r == rank_ ? host.raw_data() : carried.payload(r), bytes);
       into += bytes;
     }
-    return split_flat(flat.to(x.device()), shapes);
+    return split_flat(moved_to(std::move(flat), x.device()), std::move(shapes));
   }
   if (on_device(all)) {
     Tensor flat;
@@ -763,7 +770,7 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
       pieces = split_flat(flat, shapes);
       device_allgather(staged, flat, pieces);
     });
-    return split_flat(flat.to(x.device()), shapes);
+    return split_flat(moved_to(std::move(flat), x.device()), std::move(shapes));
   }
   for (int r = 0; r < size_; ++r) {
     counts[r] = checked_int(all[r].payload_bytes, "allgather");
@@ -784,7 +791,7 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
               "MPI_Iallgatherv");
   }
   finish_collective(requests, "allgather", {send.storage(), flat.storage()});
-  return split_flat(flat.to(x.device()), shapes);
+  return split_flat(moved_to(std::move(flat), x.device()), std::move(shapes));
 }
 
 std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs, CallSite site) {
@@ -915,7 +922,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const PieceList& 
               "MPI_Ialltoallv");
   }
   finish_collective(requests, operation, {send.owner, flat.storage()});
-  out.flat = flat.to(device);
+  out.flat = moved_to(std::move(flat), device);
   return out;
 }
 
@@ -964,13 +971,15 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
   }
   InlineData carried;
   carried.per_peer = &hosts;
-  // Large pieces for peers on this host stay here, for the peer to read (kDataInMemory).
-  std::vector<bool> in_memory(size_, false);
+  // Large pieces for peers on this host stay here, for the peer to read (kDataInMemory); sized
+  // at the first such piece (small exchanges never make one).
+  std::vector<bool> in_memory;
   KeepAlive offered;
   for (int peer = 0; peer < size_; ++peer) {
     const Tensor& piece = hosts[static_cast<std::size_t>(peer)];
     if (peer == rank_ || piece.nbytes() == 0 || inside[peer]) continue;
     if (offers_memory_to(peer, piece.nbytes())) {
+      if (in_memory.empty()) in_memory.assign(size_, false);
       in_memory[peer] = true;
       offered.push_back(piece.storage());
       continue;
@@ -990,7 +999,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
           header.reduce_op = options.reduce_op;
           header.digest = options.digest;
           if (inside[peer]) header.flags |= comm_detail::kFlagInlinePayload;
-          if (in_memory[peer]) {
+          if (!in_memory.empty() && in_memory[peer]) {
             header.data_flags |= comm_detail::kDataInMemory;
             header.address = reinterpret_cast<std::uint64_t>(hosts[static_cast<std::size_t>(peer)].raw_data());
           }
@@ -1026,6 +1035,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
     reads = std::make_shared<DirectReads>();
     keep_alive.push_back(reads);
     for (const auto& piece : offered) keep_alive.push_back(piece);
+    if (in_memory.empty()) in_memory.assign(size_, false);  // (only the peers offered theirs)
     await_reads(in_memory, all[rank_].sequence, *reads, requests);
   }
   FlatExchange out;
@@ -1063,7 +1073,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
       finish_collective(requests, operation, std::move(keep_alive));
     }
   }
-  out.flat = xs[0].device().is_cpu() ? std::move(flat) : flat.to(xs[0].device());
+  out.flat = moved_to(std::move(flat), xs[0].device());
   return out;
 }
 
@@ -1093,7 +1103,7 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
       for (int r = 1; r < size_; ++r) add_into(y.raw_data(), pieces + r * y.nbytes(), y.numel(), y.dtype());
     }
     if (op == AllreduceOp::mean) divide(y, size_);
-    return y.to(x.device());
+    return moved_to(std::move(y), x.device());
   }
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.reduce_op = op == AllreduceOp::mean ? 1 : 0;
@@ -1117,7 +1127,7 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
         add_into(y.raw_data(), r == rank_ ? host.raw_data() : carried.payload(r), y.numel(), y.dtype());
     }
     if (op == AllreduceOp::mean) divide(y, size_);
-    return y.to(x.device());
+    return moved_to(std::move(y), x.device());
   }
   if (on_device(all)) {
     run_device_phase(operation, [&] {
@@ -1147,7 +1157,7 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
     finish_collective(requests, operation, {send.storage(), y.storage()});
   }
   if (op == AllreduceOp::mean) divide(y, size_);
-  return y.to(x.device());
+  return moved_to(std::move(y), x.device());
 }
 
 Tensor MpiCommunicator::allreduce(const Tensor& x, AllreduceOp op, CallSite site) { return allreduce_checked(x, op, 0, "allreduce", site); }

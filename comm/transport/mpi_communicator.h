@@ -345,9 +345,12 @@ class MpiCommunicator : public Communicator {
     const Tensor* to_all = nullptr;                 // the tensor in the header for every peer,
     const PieceList* per_peer = nullptr;            // or one per peer (alltoall)
     // Per rank: its header's message as it arrived, and where the payload starts in it.
-    std::vector<std::vector<char>> messages;
-    std::vector<std::size_t> offsets;
-    const char* payload(int rank) const { return messages[rank].data() + offsets[rank]; }
+    struct Arrived {
+      std::vector<char> message;
+      std::size_t offset = 0;
+    };
+    std::vector<Arrived> arrived;
+    const char* payload(int rank) const { return arrived[rank].message.data() + arrived[rank].offset; }
   };
   std::vector<Header> exchange_headers(FunctionRef<Header(int peer)> header_for, bool same_shape,
                                        InlineData* inline_data = nullptr);
