@@ -1,5 +1,5 @@
-// The CPU block cache: large blocks come back for the same size; small ones are not kept; blocks
-// of 2 MB and more are aligned for huge pages and unmapped whole; blocks of about 1 MB are halves
+// The CPU block cache: large blocks come back for the same size; small ones are not kept there
+// but in their thread's lists, per class; blocks of 2 MB and more are aligned for huge pages and unmapped whole; blocks of about 1 MB are halves
 // of huge pages; cached sizes no longer asked for go back.
 #include <catch2/catch.hpp>
 
@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "core/cpu/block_cache.h"
@@ -211,5 +212,66 @@ TEST_CASE("blocks under 1 MB come back from the heap without page faults, step a
   for (int s = 0; s < 20; ++s) step();
   // Measured over these 20 steps: untuned 1,600 faults, tuned 128 (the heap grown once more).
   REQUIRE(minor_faults() - before < 400);
+}
+#endif
+
+#if !defined(__SANITIZE_ADDRESS__)  // (ASan must see every free: the small blocks' lists are off there)
+TEST_CASE("small blocks come back on their thread for a request of the same class", "[small]") {
+  BlockCache& cache = BlockCache::instance();
+  cache.clear();
+  // Classes: 64-byte steps up to 1 KB, powers of two up to 64 KB.
+  void* a = cache.allocate(1000);  // the 1024-byte class
+  REQUIRE(reinterpret_cast<std::uintptr_t>(a) % 64 == 0);
+  static_cast<char*>(a)[1023] = 1;  // the whole class is the block's
+  cache.deallocate(a, 1000);
+  void* b = cache.allocate(970);  // 1024 too
+  REQUIRE(b == a);
+  void* c = cache.allocate(1100);  // the 2 KB class: another block
+  REQUIRE(c != b);
+  static_cast<char*>(c)[2047] = 1;
+  cache.deallocate(c, 1100);
+  REQUIRE(cache.allocate(2048) == c);
+  cache.deallocate(c, 2048);
+  cache.deallocate(b, 970);
+  // Up to 8 blocks a class are kept, and they come back (last freed, first out).
+  std::vector<void*> eight;
+  for (int i = 0; i < 8; ++i) eight.push_back(cache.allocate(40 << 10));  // the 64 KB class
+  for (void* p : eight) cache.deallocate(p, 40 << 10);
+  for (int i = 7; i >= 0; --i) REQUIRE(cache.allocate(64 << 10) == eight[i]);
+  for (void* p : eight) cache.deallocate(p, 64 << 10);
+  // An empty request takes the smallest class's block.
+  void* none = cache.allocate(0);
+  REQUIRE(none != nullptr);
+  cache.deallocate(none, 0);
+  REQUIRE(cache.cached_bytes() == 0);  // the large blocks' cache holds none of them
+  cache.clear();
+}
+
+TEST_CASE("small tensors reuse blocks and hold what they are given, on every thread", "[small]") {
+  // Tensors of sizes across the classes, made and freed in a loop on two threads at once, and a
+  // block freed on a thread other than its own (it joins that thread's lists or goes to free).
+  auto churn = [](int seed) {
+    for (int round = 0; round < 200; ++round) {
+      std::vector<tandem::Tensor> live;
+      for (int n : {1, 15, 16, 17, 255, 257, 1000, 4097, 16384}) {
+        live.push_back(tandem::full({n}, double(seed + round + n)));
+      }
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        const std::vector<float> values = live[i].to_vector<float>();
+        const float expected = static_cast<float>(seed + round + static_cast<int>(values.size()));
+        for (float v : values) REQUIRE(v == expected);
+      }
+    }
+  };
+  std::vector<tandem::Tensor> handed;
+  std::thread other([&] {
+    churn(1000);
+    for (int i = 0; i < 20; ++i) handed.push_back(tandem::full({100}, double(i)));
+  });
+  churn(0);
+  other.join();  // its lists are freed as it ends; the tensors it handed over live on
+  for (int i = 0; i < 20; ++i) REQUIRE(handed[i].to_vector<float>()[99] == float(i));
+  handed.clear();  // freed here, on another thread than their own
+  churn(7);
 }
 #endif
