@@ -41,9 +41,14 @@ CUDA_GENCODE_FLAGS = [
     "arch=compute_90,code=compute_90",
 ]
 
+# -objtemp: nvcc's intermediate files (.ptx, .cubin, .cpp, ...) beside the object, not in /tmp.
+# There they are named after nvcc's process id, which is the same (2) in every linux-sandbox
+# action: two compiles at once read and deleted each other's files ("ptxas fatal: Input file
+# '/tmp/tmpxft_00000002_00000000-6_reduce.ptx' could not be opened").
 NVCC_DEFAULT_FLAGS = [
     "-std=c++17",
     "-O3",
+    "-objtemp",
     "-Xcompiler",
     "-fPIC",
 ] + CUDA_GENCODE_FLAGS
