@@ -1,6 +1,8 @@
-// Convolution: oneDNN's direct kernels (core/cpu/onednn_conv.h) or im2col + GEMM, whichever was
-// measured faster for the geometry on this machine (core/cpu/measured_choice.h; TANDEM_CONV=
-// im2col|onednn|auto forces one). im2col also runs f64 and builds without oneDNN.
+// Convolution: oneDNN's direct kernels (core/cpu/onednn_conv.h), Winograd F(2x2, 3x3) for 3x3
+// stride-1 kernels (core/cpu/winograd_conv.h; forward and the input's gradient) or im2col + GEMM,
+// whichever was measured fastest for the geometry on this machine (core/cpu/measured_choice.h;
+// TANDEM_CONV=im2col|onednn|winograd|auto forces one). im2col also runs f64 and builds without
+// oneDNN.
 //
 // im2col + GEMM: im2col / col2im work one (image, channel) plane at a time: a
 // plane's kernel_h * kernel_w rows of col are written (im2col) or read (col2im) by one thread,
@@ -16,12 +18,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/onednn_conv.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/winograd_conv.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -236,32 +240,52 @@ void conv2d_grad_weight_im2col(const Tensor& x, const Tensor& gy, const Conv2DGe
   });
 }
 
-// Whether oneDNN runs this convolution: supported here, not overridden by TANDEM_CONV, and
-// measured faster than im2col for the geometry (run(0) runs im2col, run(1) oneDNN; both on the
-// caller's tensors, whose output the chosen one then writes again).
+// The kernels a convolution can run on; the measured choice's candidate names, in this order.
+enum class ConvKernel { im2col, onednn, winograd };
+const char* const kConvKernelNames[] = {"im2col", "onednn", "winograd"};
+
+// The kernel this convolution runs on: among im2col, oneDNN (where supported) and Winograd (where
+// `winograd` says it applies), the one measured fastest for the geometry, or the one TANDEM_CONV
+// names (im2col where the named one does not apply). run(kernel) runs one on the caller's
+// tensors, whose output the chosen one then writes again.
 template <typename Run>
-bool onednn_measured_faster(const char* direction, const Conv2DGeometry& g, std::int64_t out_channels,
-                            std::int64_t groups, DType dtype, bool bias, const Run& run) {
-  if (!cpu::onednn_conv_supported(g, out_channels, groups, dtype)) return false;
+ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int64_t out_channels,
+                       std::int64_t groups, DType dtype, bool bias, bool winograd, const Run& run) {
+  std::vector<ConvKernel> kernels = {ConvKernel::im2col};
+  if (cpu::onednn_conv_supported(g, out_channels, groups, dtype)) kernels.push_back(ConvKernel::onednn);
+  if (winograd && cpu::winograd_conv_supported(g, out_channels, groups, dtype)) {
+    kernels.push_back(ConvKernel::winograd);
+  }
   const char* forced = std::getenv("TANDEM_CONV");
   if (forced != nullptr && *forced != 0 && std::strcmp(forced, "auto") != 0) {
-    TANDEM_CHECK(std::strcmp(forced, "im2col") == 0 || std::strcmp(forced, "onednn") == 0, "TANDEM_CONV=", forced,
-                 ": expected auto, im2col or onednn");
-    return std::strcmp(forced, "onednn") == 0;
+    const auto named = std::find_if(std::begin(kConvKernelNames), std::end(kConvKernelNames),
+                                    [&](const char* name) { return std::strcmp(forced, name) == 0; });
+    TANDEM_CHECK(named != std::end(kConvKernelNames), "TANDEM_CONV=", forced,
+                 ": expected auto, im2col, onednn or winograd");
+    const auto kernel = static_cast<ConvKernel>(named - std::begin(kConvKernelNames));
+    return std::find(kernels.begin(), kernels.end(), kernel) != kernels.end() ? kernel : ConvKernel::im2col;
   }
-  char key[256];
+  if (kernels.size() == 1) return ConvKernel::im2col;
+  std::vector<std::string> names;
+  for (ConvKernel k : kernels) names.push_back(kConvKernelNames[static_cast<int>(k)]);
+  // The candidates are part of the key: a geometry measured before Winograd was one of them is
+  // measured again.
+  char key[288];
   std::snprintf(key, sizeof(key),
-                "conv.%s.f32.t%d.n%lldc%lldh%lldw%lld.o%lldg%lld.k%lldx%lld.s%lldx%lld.p%lldx%lld.d%lldx%lld.b%d",
+                "conv.%s.f32.t%d.n%lldc%lldh%lldw%lld.o%lldg%lld.k%lldx%lld.s%lldx%lld.p%lldx%lld.d%lldx%lld.b%d%s",
                 direction, cpu::max_chunks(), (long long)g.batch, (long long)g.channels, (long long)g.height,
                 (long long)g.width, (long long)out_channels, (long long)groups, (long long)g.kernel_h,
                 (long long)g.kernel_w, (long long)g.stride_y, (long long)g.stride_x, (long long)g.pad_y,
-                (long long)g.pad_x, (long long)g.dilate_y, (long long)g.dilate_x, bias ? 1 : 0);
+                (long long)g.pad_x, (long long)g.dilate_y, (long long)g.dilate_x, bias ? 1 : 0,
+                kernels.back() == ConvKernel::winograd ? ".wino" : "");
   const double flops = 2.0 * double(g.batch) * double(out_channels) * double(g.channels / groups) *
                        double(g.kernel_h * g.kernel_w) * double(g.out_h * g.out_w);
   const int rounds = flops >= 4e9 ? 1 : 3;
-  return cpu::measured_choice(
-             key, {"im2col", "onednn"},
-             [&] { return cpu::time_interleaved(2, [&](std::size_t i) { run(i); }, rounds, 1); }, flops, "") == 1;
+  const std::size_t chosen = cpu::measured_choice(
+      key, names,
+      [&] { return cpu::time_interleaved(kernels.size(), [&](std::size_t i) { run(kernels[i]); }, rounds, 1); },
+      flops, "");
+  return kernels[chosen];
 }
 
 }  // namespace
@@ -269,17 +293,21 @@ bool onednn_measured_faster(const char* direction, const Conv2DGeometry& g, std:
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
                                 std::int64_t groups, bool relu, Tensor& y) {
   if (y.numel() == 0) return;
-  // The choice between oneDNN and im2col is the convolution's own, measured without the ReLU.
-  auto run = [&](std::size_t onednn) {
-    if (onednn) cpu::onednn_conv2d(x, W, b, g, groups, false, y);
-    else conv2d_im2col(x, W, b, g, groups, y);
+  // The choice is the convolution's own, measured without the ReLU; oneDNN applies the ReLU as
+  // a post-op, Winograd as it writes the outputs.
+  auto run = [&](ConvKernel kernel, bool with_relu) {
+    switch (kernel) {
+      case ConvKernel::onednn: cpu::onednn_conv2d(x, W, b, g, groups, with_relu, y); break;
+      case ConvKernel::winograd: cpu::winograd_conv2d(x, W, b, g, with_relu, y); break;
+      case ConvKernel::im2col:
+        conv2d_im2col(x, W, b, g, groups, y);
+        if (with_relu) unary(UnaryOp::relu, y, y, 0, 0);
+        break;
+    }
   };
-  if (onednn_measured_faster("fwd", g, W.size(0), groups, x.dtype(), b.defined(), run)) {
-    cpu::onednn_conv2d(x, W, b, g, groups, relu, y);  // the ReLU as a post-op
-  } else {
-    conv2d_im2col(x, W, b, g, groups, y);
-    if (relu) unary(UnaryOp::relu, y, y, 0, 0);
-  }
+  run(conv_kernel("fwd", g, W.size(0), groups, x.dtype(), b.defined(), true,
+                  [&](ConvKernel kernel) { run(kernel, false); }),
+      relu);
 }
 
 void CpuBackend::conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
@@ -295,21 +323,24 @@ void CpuBackend::conv2d_relu(const Tensor& x, const Tensor& W, const Tensor& b, 
 void CpuBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
                                    Tensor& gx) {
   if (gx.numel() == 0) return;
-  auto run = [&](std::size_t onednn) {
-    if (onednn) cpu::onednn_conv2d_grad_input(gy, W, g, groups, gx);
-    else conv2d_grad_input_im2col(gy, W, g, groups, gx);
+  auto run = [&](ConvKernel kernel) {
+    switch (kernel) {
+      case ConvKernel::onednn: cpu::onednn_conv2d_grad_input(gy, W, g, groups, gx); break;
+      case ConvKernel::winograd: cpu::winograd_conv2d_grad_input(gy, W, g, gx); break;
+      case ConvKernel::im2col: conv2d_grad_input_im2col(gy, W, g, groups, gx); break;
+    }
   };
-  run(onednn_measured_faster("bwd_data", g, W.size(0), groups, gy.dtype(), false, run) ? 1 : 0);
+  run(conv_kernel("bwd_data", g, W.size(0), groups, gy.dtype(), false, true, run));
 }
 
 void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
                                     Tensor& gW) {
   if (gW.numel() == 0) return;
-  auto run = [&](std::size_t onednn) {
-    if (onednn) cpu::onednn_conv2d_grad_weight(x, gy, g, groups, gW);
+  auto run = [&](ConvKernel kernel) {
+    if (kernel == ConvKernel::onednn) cpu::onednn_conv2d_grad_weight(x, gy, g, groups, gW);
     else conv2d_grad_weight_im2col(x, gy, g, groups, gW);
   };
-  run(onednn_measured_faster("bwd_weights", g, gW.size(0), groups, x.dtype(), false, run) ? 1 : 0);
+  run(conv_kernel("bwd_weights", g, gW.size(0), groups, x.dtype(), false, false, run));
 }
 
 void CpuBackend::im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) {
