@@ -1,5 +1,5 @@
 // Convolution: oneDNN's direct kernels (core/cpu/onednn_conv.h), Winograd F(2x2, 3x3) for 3x3
-// stride-1 kernels (core/cpu/winograd_conv.h; forward and the input's gradient) or im2col + GEMM,
+// stride-1 kernels (core/cpu/winograd_conv.h) or im2col + GEMM,
 // whichever was measured fastest for the geometry on this machine (core/cpu/measured_choice.h;
 // TANDEM_CONV=im2col|onednn|winograd|auto forces one). im2col also runs f64 and builds without
 // oneDNN.
@@ -244,18 +244,16 @@ void conv2d_grad_weight_im2col(const Tensor& x, const Tensor& gy, const Conv2DGe
 enum class ConvKernel { im2col, onednn, winograd };
 const char* const kConvKernelNames[] = {"im2col", "onednn", "winograd"};
 
-// The kernel this convolution runs on: among im2col, oneDNN (where supported) and Winograd (where
-// `winograd` says it applies), the one measured fastest for the geometry, or the one TANDEM_CONV
+// The kernel this convolution runs on: among im2col, oneDNN and Winograd (each where it
+// applies), the one measured fastest for the geometry, or the one TANDEM_CONV
 // names (im2col where the named one does not apply). run(kernel) runs one on the caller's
 // tensors, whose output the chosen one then writes again.
 template <typename Run>
 ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int64_t out_channels,
-                       std::int64_t groups, DType dtype, bool bias, bool winograd, const Run& run) {
+                       std::int64_t groups, DType dtype, bool bias, const Run& run) {
   std::vector<ConvKernel> kernels = {ConvKernel::im2col};
   if (cpu::onednn_conv_supported(g, out_channels, groups, dtype)) kernels.push_back(ConvKernel::onednn);
-  if (winograd && cpu::winograd_conv_supported(g, out_channels, groups, dtype)) {
-    kernels.push_back(ConvKernel::winograd);
-  }
+  if (cpu::winograd_conv_supported(g, out_channels, groups, dtype)) kernels.push_back(ConvKernel::winograd);
   const char* forced = std::getenv("TANDEM_CONV");
   if (forced != nullptr && *forced != 0 && std::strcmp(forced, "auto") != 0) {
     const auto named = std::find_if(std::begin(kConvKernelNames), std::end(kConvKernelNames),
@@ -305,7 +303,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& W, const Tensor& 
         break;
     }
   };
-  run(conv_kernel("fwd", g, W.size(0), groups, x.dtype(), b.defined(), true,
+  run(conv_kernel("fwd", g, W.size(0), groups, x.dtype(), b.defined(),
                   [&](ConvKernel kernel) { run(kernel, false); }),
       relu);
 }
@@ -330,17 +328,20 @@ void CpuBackend::conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv
       case ConvKernel::im2col: conv2d_grad_input_im2col(gy, W, g, groups, gx); break;
     }
   };
-  run(conv_kernel("bwd_data", g, W.size(0), groups, gy.dtype(), false, true, run));
+  run(conv_kernel("bwd_data", g, W.size(0), groups, gy.dtype(), false, run));
 }
 
 void CpuBackend::conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
                                     Tensor& gW) {
   if (gW.numel() == 0) return;
   auto run = [&](ConvKernel kernel) {
-    if (kernel == ConvKernel::onednn) cpu::onednn_conv2d_grad_weight(x, gy, g, groups, gW);
-    else conv2d_grad_weight_im2col(x, gy, g, groups, gW);
+    switch (kernel) {
+      case ConvKernel::onednn: cpu::onednn_conv2d_grad_weight(x, gy, g, groups, gW); break;
+      case ConvKernel::winograd: cpu::winograd_conv2d_grad_weight(x, gy, g, gW); break;
+      case ConvKernel::im2col: conv2d_grad_weight_im2col(x, gy, g, groups, gW); break;
+    }
   };
-  run(conv_kernel("bwd_weights", g, gW.size(0), groups, x.dtype(), false, false, run));
+  run(conv_kernel("bwd_weights", g, gW.size(0), groups, x.dtype(), false, run));
 }
 
 void CpuBackend::im2col(const Tensor& x, const Conv2DGeometry& g, Tensor& col) {

@@ -197,19 +197,29 @@ void write_row(const float* even, const float* odd, float bias, bool relu, float
   }
 }
 
-// Images first..first+images-1 of x into y (see the file's comment for the three steps).
-void run_block(const float* x, std::int64_t first, std::int64_t images, const Plan& p, const float* u,
-               const float* bias, bool relu, float* y, float* work) {
-  const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image, tw = p.tiles_w;
-  float* v = work;                      // [16][in][tiles]
-  float* m = v + 16 * p.in * tiles;     // [16][out][tiles]
-  float* d = m + 16 * p.out * tiles;    // [16][per_image]: one plane's patches
-  float* row = d + 16 * per_image;      // a padded input row
-  float* outs = row + p.padded_width();  // [4][per_image]: one plane's outputs, by place in the tile
-  float* const out_rows[4] = {outs, outs + per_image, outs + 2 * per_image, outs + 3 * per_image};
-  constexpr std::int64_t lanes = Lanes8::width;
+// The block's buffers in one thread's work area (Plan::work_floats).
+struct BlockBuffers {
+  float* v;        // [16][in][tiles]: the inputs' tiles transformed
+  float* m;        // [16][out][tiles]: the products (the outputs' gradients transformed, for gW)
+  float* d;        // [16][per_image]: one plane's patches
+  float* row;      // a padded input row
+  float* outs[4];  // [per_image] each: one plane's outputs by place in the tile (gy's, for gW)
 
-  const std::int64_t v_stride = p.in * tiles;
+  BlockBuffers(const Plan& p, std::int64_t images, float* work) {
+    const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image;
+    v = work;
+    m = v + 16 * p.in * tiles;
+    d = m + 16 * p.out * tiles;
+    row = d + 16 * per_image;
+    for (int k = 0; k < 4; ++k) outs[k] = row + p.padded_width() + k * per_image;
+  }
+};
+
+// Step 1 for images first..first+images-1 of x: V [16][in][tiles].
+void transform_inputs(const float* x, std::int64_t first, std::int64_t images, const Plan& p, float* v, float* d,
+                      float* row) {
+  const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image, v_stride = p.in * tiles;
+  constexpr std::int64_t lanes = Lanes8::width;
   for (std::int64_t i = 0; i < images; ++i) {
     for (std::int64_t c = 0; c < p.in; ++c) {
       gather_patches(x + ((first + i) * p.in + c) * p.in_h * p.in_w, p, d, row);
@@ -219,6 +229,20 @@ void run_block(const float* x, std::int64_t first, std::int64_t images, const Pl
       for (; t < per_image; ++t) input_tiles<Lanes1>(d, per_image, t, vc, v_stride);
     }
   }
+}
+
+// Images first..first+images-1 of x into y (see the file's comment for the three steps).
+void run_block(const float* x, std::int64_t first, std::int64_t images, const Plan& p, const float* u,
+               const float* bias, bool relu, float* y, float* work) {
+  const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image, tw = p.tiles_w;
+  const BlockBuffers buf(p, images, work);
+  float* const v = buf.v;
+  float* const m = buf.m;
+  float* const* out_rows = buf.outs;
+  constexpr std::int64_t lanes = Lanes8::width;
+
+  const std::int64_t v_stride = p.in * tiles;
+  transform_inputs(x, first, images, p, v, buf.d, buf.row);
 
   for (int xi = 0; xi < 16; ++xi) {
     gemm(u + xi * p.out * p.in, v + xi * v_stride, m + xi * p.out * tiles, p.out, tiles, p.in, false, false, false);
@@ -240,6 +264,104 @@ void run_block(const float* x, std::int64_t first, std::int64_t images, const Pl
       }
     }
   }
+}
+
+// A gy A^T for tiles t..t+width-1 (g[2a + b][t]: the tiles' outputs' gradients, g_stride apart),
+// written to m[xi * m_stride + t]: the gradient with respect to the products M of the forward.
+template <typename L>
+inline void output_grad_tiles(const float* g, std::int64_t g_stride, std::int64_t t, float* m, std::int64_t m_stride) {
+  using V = typename L::V;
+  V r[2][4];  // gy A^T
+  for (int a = 0; a < 2; ++a) {
+    const V g0 = L::load(g + 2 * a * g_stride + t), g1 = L::load(g + (2 * a + 1) * g_stride + t);
+    r[a][0] = g0;
+    r[a][1] = g0 + g1;
+    r[a][2] = g0 - g1;
+    r[a][3] = -g1;
+  }
+  for (int j = 0; j < 4; ++j) {
+    L::store(m + (0 + j) * m_stride + t, r[0][j]);
+    L::store(m + (4 + j) * m_stride + t, r[0][j] + r[1][j]);
+    L::store(m + (8 + j) * m_stride + t, r[0][j] - r[1][j]);
+    L::store(m + (12 + j) * m_stride + t, -r[1][j]);
+  }
+}
+
+// One plane of gy by place in the tile: g[2a + b][ty * tiles_w + tx] = gy[2ty + a][2tx + b], 0
+// where the last tiles reach past out_h / out_w.
+void gather_output_grads(const float* gy, const Plan& p, float* const* g) {
+  const std::int64_t tw = p.tiles_w, pairs = p.out_w / 2;
+  for (std::int64_t ty = 0; ty < p.tiles_h; ++ty) {
+    for (int a = 0; a < 2; ++a) {
+      float* even = g[2 * a] + ty * tw;
+      float* odd = g[2 * a + 1] + ty * tw;
+      const std::int64_t r = 2 * ty + a;
+      if (r >= p.out_h) {
+        std::fill(even, even + tw, 0.f);
+        std::fill(odd, odd + tw, 0.f);
+        continue;
+      }
+      const float* src = gy + r * p.out_w;
+      for (std::int64_t tx = 0; tx < pairs; ++tx) {
+        even[tx] = src[2 * tx];
+        odd[tx] = src[2 * tx + 1];
+      }
+      if (p.out_w & 1) {
+        even[pairs] = src[p.out_w - 1];
+        odd[pairs] = 0.f;
+      }
+    }
+  }
+}
+
+// The weights' gradient of images first..first+images-1, added to q [16][out][in] (the gradient
+// with respect to U): q[xi] += (A gy A^T)[xi] [out, tiles] @ V[xi]^T [tiles, in].
+void grad_weight_block(const float* x, const float* gy, std::int64_t first, std::int64_t images, const Plan& p,
+                       float* q, float* work) {
+  const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image;
+  const BlockBuffers buf(p, images, work);
+  constexpr std::int64_t lanes = Lanes8::width;
+  transform_inputs(x, first, images, p, buf.v, buf.d, buf.row);
+  const std::int64_t m_stride = p.out * tiles;
+  for (std::int64_t i = 0; i < images; ++i) {
+    for (std::int64_t o = 0; o < p.out; ++o) {
+      gather_output_grads(gy + ((first + i) * p.out + o) * p.out_h * p.out_w, p, buf.outs);
+      float* mo = buf.m + o * tiles + i * per_image;
+      std::int64_t t = 0;
+      for (; t + lanes <= per_image; t += lanes) output_grad_tiles<Lanes8>(buf.outs[0], per_image, t, mo, m_stride);
+      for (; t < per_image; ++t) output_grad_tiles<Lanes1>(buf.outs[0], per_image, t, mo, m_stride);
+    }
+  }
+  for (int xi = 0; xi < 16; ++xi) {
+    gemm(buf.m + xi * m_stride, buf.v + xi * p.in * tiles, q + xi * p.out * p.in, p.out, p.in, tiles, false, true,
+         true);
+  }
+}
+
+// gW[o][c] = G^T Q[o][c] G, Q [16][out][in] the gradient with respect to U.
+void transform_kernel_grads(const float* q, std::int64_t out, std::int64_t in, float* gw) {
+  parallel_for(out, in * 64, kElementwiseGrain, [&](std::int64_t lo, std::int64_t hi) {
+    const std::int64_t step = out * in;
+    for (std::int64_t o = lo; o < hi; ++o) {
+      for (std::int64_t c = 0; c < in; ++c) {
+        const float* qc = q + o * in + c;
+        float t[4][3];  // Q G
+        for (int i = 0; i < 4; ++i) {
+          const float q0 = qc[(4 * i) * step], q1 = qc[(4 * i + 1) * step], q2 = qc[(4 * i + 2) * step],
+                      q3 = qc[(4 * i + 3) * step];
+          t[i][0] = q0 + 0.5f * (q1 + q2);
+          t[i][1] = 0.5f * (q1 - q2);
+          t[i][2] = 0.5f * (q1 + q2) + q3;
+        }
+        float* k = gw + (o * in + c) * 9;
+        for (int b = 0; b < 3; ++b) {  // G^T (Q G)
+          k[b] = t[0][b] + 0.5f * (t[1][b] + t[2][b]);
+          k[3 + b] = 0.5f * (t[1][b] - t[2][b]);
+          k[6 + b] = 0.5f * (t[1][b] + t[2][b]) + t[3][b];
+        }
+      }
+    }
+  });
 }
 
 // The whole batch, blocks spread over the threads.
@@ -286,6 +408,36 @@ void winograd_conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DG
   Tensor u({16, g.channels, out}, DType::f32, Device::cpu());
   transform_kernels(W.data<float>(), g.channels, out, true, u.data<float>());
   run(gy.data<float>(), p, u.data<float>(), nullptr, false, gx.data<float>());
+}
+
+void winograd_conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, Tensor& gW) {
+  const std::int64_t out = gW.size(0);
+  TANDEM_CHECK(winograd_conv_supported(g, out, 1, x.dtype()),
+               "winograd_conv2d_grad_weight: not a 3x3 stride-1 f32 convolution");
+  const Plan p(g.batch, g.channels, g.height, g.width, g.pad_y, g.pad_x, out, g.out_h, g.out_w);
+  const std::int64_t blocks = (p.batch + p.images_per_block - 1) / p.images_per_block;
+  const std::int64_t per_chunk = p.work_floats(), q_floats = 16 * out * g.channels;
+  const int chunks = max_chunks();
+  // Each thread adds its blocks into its own Q; the Qs are summed at the end.
+  Tensor work({chunks, per_chunk}, DType::f32, Device::cpu());
+  Tensor q({chunks, q_floats}, DType::f32, Device::cpu());
+  float* pq = q.data<float>();
+  std::fill(pq, pq + chunks * q_floats, 0.f);
+  const float *px = x.data<float>(), *pgy = gy.data<float>();
+  float* pw = work.data<float>();
+  const std::int64_t block_cost = 32 * p.in * p.out * p.images_per_block * p.tiles_per_image();
+  parallel_chunks(blocks, block_cost, 1, [&](std::int64_t lo, std::int64_t hi, int chunk) {
+    for (std::int64_t blk = lo; blk < hi; ++blk) {
+      const std::int64_t first = blk * p.images_per_block;
+      grad_weight_block(px, pgy, first, std::min(p.images_per_block, p.batch - first), p, pq + chunk * q_floats,
+                        pw + chunk * per_chunk);
+    }
+  });
+  for (int t = 1; t < chunks; ++t) {  // a chunk no block went to is still zero
+    const float* src = pq + t * q_floats;
+    for (std::int64_t i = 0; i < q_floats; ++i) pq[i] += src[i];
+  }
+  transform_kernel_grads(pq, out, g.channels, gW.data<float>());
 }
 
 }  // namespace cpu

@@ -14,7 +14,9 @@
 //
 // The input's gradient of a stride-1 convolution is again a stride-1 convolution (of gy, padded
 // by 2 - pad, with the kernels turned by 180 degrees and their channels swapped), so it runs on
-// the same kernel. The weights' gradient stays with oneDNN or im2col.
+// the same kernel. The weights' gradient follows from the same factorisation: with respect to the
+// transformed kernels U it is, per position, the sum over tiles of (A gy A^T) times the inputs'
+// transformed tiles (16 GEMMs [out x tiles] x [tiles x in]); then gW = G^T (that) G.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ bool winograd_conv_supported(const Conv2DGeometry& g, std::int64_t out_channels,
 void winograd_conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, bool relu,
                      Tensor& y);
 void winograd_conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, Tensor& gx);
+void winograd_conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, Tensor& gW);
 
 }  // namespace cpu
 }  // namespace tandem
