@@ -73,12 +73,18 @@ struct Plan {
     images_per_block = std::clamp<std::int64_t>((kTilesPerBlock + per_image - 1) / per_image, 1, per_thread);
   }
   std::int64_t tiles_per_image() const { return tiles_h * tiles_w; }
-  // A padded input row: the columns the tiles read (2 tiles_w + 2).
-  std::int64_t padded_width() const { return 2 * tiles_w + 2; }
-  // Floats of one thread's buffers: V, M, one plane's patches, a padded row, one plane's outputs.
+  // A plane's patches are kept as 16 rows of tiles_per_image values, this far apart (a copy of
+  // eight values may run past a row's end into the next).
+  std::int64_t patch_stride() const { return tiles_per_image() + 8; }
+  // Eight-value vectors of a padded row's even (or odd) columns: tiles_w + 1 of them used.
+  std::int64_t split_vectors() const { return (tiles_w + 1 + 7) / 8; }
+  // The padded plane's rows (2 tiles_h + 2, each read as 16 split_vectors + 10 values).
+  std::int64_t padded_rows() const { return 2 * tiles_h + 2; }
+  std::int64_t padded_stride() const { return 16 * split_vectors() + 16; }
+  // Floats of one thread's buffers (BlockBuffers).
   std::int64_t work_floats() const {
     const std::int64_t tiles = images_per_block * tiles_per_image();
-    return 16 * (in + out) * tiles + 16 * tiles_per_image() + padded_width() + 4 * tiles_per_image();
+    return 16 * (in + out) * tiles + 16 * patch_stride() + padded_rows() * padded_stride() + 4 * tiles_per_image();
   }
 };
 
@@ -113,26 +119,67 @@ void transform_kernels(const float* w, std::int64_t out, std::int64_t in, bool t
   });
 }
 
+typedef int Ints8 __attribute__((vector_size(32)));
+
+// The block's buffers in one thread's work area (Plan::work_floats).
+struct BlockBuffers {
+  float* v;        // [16][in][tiles]: the inputs' tiles transformed
+  float* m;        // [16][out][tiles]: the products (the outputs' gradients transformed, for gW)
+  float* d;        // [16][patch_stride]: one plane's patches
+  float* padded;   // [padded_rows][padded_stride]: one input plane with its padding
+  float* outs[4];  // [per_image] each: one plane's outputs by place in the tile (gy's, for gW)
+
+  BlockBuffers(const Plan& p, std::int64_t images, float* work) {
+    const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image;
+    v = work;
+    m = v + 16 * p.in * tiles;
+    d = m + 16 * p.out * tiles;
+    padded = d + 16 * p.patch_stride();
+    for (int k = 0; k < 4; ++k) outs[k] = padded + p.padded_rows() * p.padded_stride() + k * per_image;
+    // Only the input's values are written into the padded plane: the rest reads as zeros.
+    std::fill(padded, outs[0], 0.f);
+  }
+};
+
 // One plane's tile patches: d[4i + j][t] = P[2ty + i][2tx + j] for tile t = ty * tiles_w + tx,
 // with P[r][k] = x[r - pad_y][k - pad_x] (0 outside x); so that the transforms run over a plane's
-// tiles with contiguous loads. `row` holds one padded row.
-void gather_patches(const float* x, const Plan& p, float* d, float* row) {
-  const std::int64_t per_image = p.tiles_per_image(), tw = p.tiles_w, width = p.padded_width();
-  for (std::int64_t r = 0; r < 2 * p.tiles_h + 2; ++r) {
-    std::fill(row, row + width, 0.f);
-    const std::int64_t sr = r - p.pad_y;
-    if (sr >= 0 && sr < p.in_h) {
-      const std::int64_t lo = std::max<std::int64_t>(0, p.pad_x), hi = std::min(width, p.pad_x + p.in_w);
-      if (hi > lo) std::copy(x + sr * p.in_w + (lo - p.pad_x), x + sr * p.in_w + (hi - p.pad_x), row + lo);
-    }
+// tiles with contiguous loads. The plane is first copied into its padding (all of it before any
+// is read back: a load right after the stores it reads would wait on them); then each row's
+// columns 2tx + j of eight tiles come from sixteen values at offset j - j % 2, split into the
+// even and odd ones.
+void gather_patches(const float* x, const Plan& p, const BlockBuffers& buf) {
+  const std::int64_t tw = p.tiles_w, stride = p.patch_stride(), vectors = p.split_vectors();
+  const std::int64_t row_stride = p.padded_stride();
+  for (std::int64_t sr = 0; sr < p.in_h; ++sr) {  // a loop, not memcpy: rows are a few dozen floats
+    float* to = buf.padded + (sr + p.pad_y) * row_stride + p.pad_x;
+    const float* from = x + sr * p.in_w;
+    for (std::int64_t k = 0; k < p.in_w; ++k) to[k] = from[k];
+  }
+  const Ints8 evens = {0, 2, 4, 6, 8, 10, 12, 14}, odds = {1, 3, 5, 7, 9, 11, 13, 15};
+  for (std::int64_t r = 0; r < p.padded_rows(); ++r) {
+    const float* row = buf.padded + r * row_stride;
     // Row r is row i of the patches of tile row ty = (r - i) / 2, for the i of r's parity.
+    float* dst[2][4];
+    int targets = 0;
     for (std::int64_t i = r % 2; i < 4; i += 2) {
       const std::int64_t ty = (r - i) / 2;
       if (ty < 0 || ty >= p.tiles_h) continue;
-      for (int j = 0; j < 4; ++j) {
-        float* dst = d + (4 * i + j) * per_image + ty * tw;
-        const float* src = row + j;
-        for (std::int64_t tx = 0; tx < tw; ++tx) dst[tx] = src[2 * tx];
+      for (int j = 0; j < 4; ++j) dst[targets][j] = buf.d + (4 * i + j) * stride + ty * tw;
+      ++targets;
+    }
+    // Eight tiles at a time: the last eight may run past the row of tiles, into the next one
+    // (written after it) or the patch row's slack.
+    for (std::int64_t k = 0; k < vectors && 8 * k < tw; ++k) {
+      const float* at = row + 16 * k;
+      const Floats8 a = Lanes8::load(at), b = Lanes8::load(at + 8);
+      const Floats8 a2 = Lanes8::load(at + 2), b2 = Lanes8::load(at + 10);
+      const Floats8 c0 = __builtin_shuffle(a, b, evens), c1 = __builtin_shuffle(a, b, odds),
+                    c2 = __builtin_shuffle(a2, b2, evens), c3 = __builtin_shuffle(a2, b2, odds);
+      for (int tgt = 0; tgt < targets; ++tgt) {
+        Lanes8::store(dst[tgt][0] + 8 * k, c0);
+        Lanes8::store(dst[tgt][1] + 8 * k, c1);
+        Lanes8::store(dst[tgt][2] + 8 * k, c2);
+        Lanes8::store(dst[tgt][3] + 8 * k, c3);
       }
     }
   }
@@ -197,36 +244,18 @@ void write_row(const float* even, const float* odd, float bias, bool relu, float
   }
 }
 
-// The block's buffers in one thread's work area (Plan::work_floats).
-struct BlockBuffers {
-  float* v;        // [16][in][tiles]: the inputs' tiles transformed
-  float* m;        // [16][out][tiles]: the products (the outputs' gradients transformed, for gW)
-  float* d;        // [16][per_image]: one plane's patches
-  float* row;      // a padded input row
-  float* outs[4];  // [per_image] each: one plane's outputs by place in the tile (gy's, for gW)
-
-  BlockBuffers(const Plan& p, std::int64_t images, float* work) {
-    const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image;
-    v = work;
-    m = v + 16 * p.in * tiles;
-    d = m + 16 * p.out * tiles;
-    row = d + 16 * per_image;
-    for (int k = 0; k < 4; ++k) outs[k] = row + p.padded_width() + k * per_image;
-  }
-};
-
 // Step 1 for images first..first+images-1 of x: V [16][in][tiles].
-void transform_inputs(const float* x, std::int64_t first, std::int64_t images, const Plan& p, float* v, float* d,
-                      float* row) {
+void transform_inputs(const float* x, std::int64_t first, std::int64_t images, const Plan& p,
+                      const BlockBuffers& buf) {
   const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image, v_stride = p.in * tiles;
   constexpr std::int64_t lanes = Lanes8::width;
   for (std::int64_t i = 0; i < images; ++i) {
     for (std::int64_t c = 0; c < p.in; ++c) {
-      gather_patches(x + ((first + i) * p.in + c) * p.in_h * p.in_w, p, d, row);
-      float* vc = v + c * tiles + i * per_image;
+      gather_patches(x + ((first + i) * p.in + c) * p.in_h * p.in_w, p, buf);
+      float* vc = buf.v + c * tiles + i * per_image;
       std::int64_t t = 0;
-      for (; t + lanes <= per_image; t += lanes) input_tiles<Lanes8>(d, per_image, t, vc, v_stride);
-      for (; t < per_image; ++t) input_tiles<Lanes1>(d, per_image, t, vc, v_stride);
+      for (; t + lanes <= per_image; t += lanes) input_tiles<Lanes8>(buf.d, p.patch_stride(), t, vc, v_stride);
+      for (; t < per_image; ++t) input_tiles<Lanes1>(buf.d, p.patch_stride(), t, vc, v_stride);
     }
   }
 }
@@ -242,7 +271,7 @@ void run_block(const float* x, std::int64_t first, std::int64_t images, const Pl
   constexpr std::int64_t lanes = Lanes8::width;
 
   const std::int64_t v_stride = p.in * tiles;
-  transform_inputs(x, first, images, p, v, buf.d, buf.row);
+  transform_inputs(x, first, images, p, buf);
 
   for (int xi = 0; xi < 16; ++xi) {
     gemm(u + xi * p.out * p.in, v + xi * v_stride, m + xi * p.out * tiles, p.out, tiles, p.in, false, false, false);
@@ -321,7 +350,7 @@ void grad_weight_block(const float* x, const float* gy, std::int64_t first, std:
   const std::int64_t per_image = p.tiles_per_image(), tiles = images * per_image;
   const BlockBuffers buf(p, images, work);
   constexpr std::int64_t lanes = Lanes8::width;
-  transform_inputs(x, first, images, p, buf.v, buf.d, buf.row);
+  transform_inputs(x, first, images, p, buf);
   const std::int64_t m_stride = p.out * tiles;
   for (std::int64_t i = 0; i < images; ++i) {
     for (std::int64_t o = 0; o < p.out; ++o) {
