@@ -1,5 +1,5 @@
 // Choosing among kernels by measurement on the machine the program runs on: the GEMM library
-// per shape class (gemm_choice.h), oneDNN's convolution or im2col per geometry (onednn_conv.h).
+// per shape class (gemm_choice.h), oneDNN's convolution, Winograd or im2col per geometry (conv.cc).
 //
 // A choice has a key (what it is for, e.g. "gemm.f32.t2.NT.m6.n9.k9") and named candidates. At
 // the key's first use in a process it is looked up in the machine's file; when missing, the

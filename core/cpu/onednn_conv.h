@@ -1,6 +1,6 @@
 // Convolution on oneDNN's direct kernels (forward, backward-data, backward-weights), f32, for the
-// CPU backend's conv2d family (core/cpu/conv.cc), which picks between these and im2col + GEMM per
-// geometry by measurement (core/cpu/measured_choice.h). Tensors stay in tandem's plain NCHW /
+// CPU backend's conv2d family (core/cpu/conv.cc), which picks among these, Winograd (winograd_conv.h)
+// and im2col + GEMM per geometry by measurement (core/cpu/measured_choice.h). Tensors stay in tandem's plain NCHW /
 // OIHW layout; oneDNN's blocked layouts live only inside a call (reorders in and out), which
 // keeps every other operation on plain row-major data.
 #pragma once
