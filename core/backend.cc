@@ -26,6 +26,16 @@ void Backend::conv2d_relu(const Tensor& x, const Tensor& W, const Tensor& b, con
   unary(UnaryOp::relu, y, y, 0, 0);
 }
 
+bool Backend::lstm_recurrence_forward(const std::vector<std::int64_t>&, Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&, Tensor&, Tensor&) {
+  return false;  // the caller runs the recurrence cell by cell
+}
+
+bool Backend::lstm_recurrence_backward(const std::vector<std::int64_t>&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&) {
+  return false;
+}
+
 bool Backend::lstm_sequence_forward(const LstmSequenceShape&, const Tensor&, const Tensor&, const Tensor&,
                                     const std::vector<Tensor>&, bool, Tensor&, Tensor&, Tensor&, Tensor&, Tensor&) {
   return false;  // no fused LSTM: n_step_lstm runs cell by cell

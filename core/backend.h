@@ -228,6 +228,24 @@ class Backend {
   virtual void lstm_cell_backward(const Tensor& activations, const Tensor& c_prev, const Tensor& c,
                                   const Tensor& gh, const Tensor& gc, Tensor& ggates, Tensor& gc_prev) = 0;
 
+  // One LSTM layer's recurrence over a packed, time-major batch as one kernel, where the device
+  // has one (the CPU backend on two or more threads: core/cpu/lstm_recurrence.cc); returns false,
+  // touching nothing, where it has none, and the caller runs the cell-by-cell loop
+  // (core/ops/recurrent.cc, the reference). Step t holds rows [offset_t, offset_t +
+  // batch_sizes[t]), batch_sizes decreasing; every tensor is contiguous, of one floating dtype.
+  // forward: gates [N, 4H] holds each row's input projection (bias included) and on return its
+  // activations; for every step, gates_t += h_{t-1} wh^T ([4H, H]) and then the cell, h_{-1} and
+  // c_{-1} being the first rows of h0, c0 [B, H]; writes hs and cs [N, H].
+  virtual bool lstm_recurrence_forward(const std::vector<std::int64_t>& batch_sizes, Tensor& gates, const Tensor& wh,
+                                       const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs);
+  // Its backward, from the last step to the first: dh_t (the first batch_sizes[t] rows of dh
+  // [B, H]) += ghs_t, the cell's backward writes ggates_t and turns dc_t into the gradient of
+  // c_{t-1}, and dh_t becomes ggates_t wh, the gradient of h_{t-1}. dh and dc enter holding the
+  // gradients of the final states and leave holding those of h0 and c0.
+  virtual bool lstm_recurrence_backward(const std::vector<std::int64_t>& batch_sizes, const Tensor& activations,
+                                        const Tensor& cs, const Tensor& c0, const Tensor& wh, const Tensor& ghs,
+                                        Tensor& dh, Tensor& dc, Tensor& ggates);
+
   // A whole multi-layer LSTM (n_step_lstm without dropout) in one call, on devices that have a
   // fused one (the CUDA backend: cuDNN's RNN, as PyTorch's nn.LSTM); the cell-by-cell path
   // above is the reference and the fallback. Unlike the other kernels these allocate their

@@ -124,7 +124,7 @@ class NStepLSTM : public FunctionNode {
       }
       const Tensor Wx = concat({in[layout_.w(l, 0)], in[layout_.w(l, 1)], in[layout_.w(l, 2)], in[layout_.w(l, 3)]}, 0);
       const Tensor Wh = concat({in[layout_.w(l, 4)], in[layout_.w(l, 5)], in[layout_.w(l, 6)], in[layout_.w(l, 7)]}, 0);
-      Wh.storage()->mark_weight();  // every time step's product reads it (a packed copy pays)
+      Wh.storage()->mark_weight();  // every time step's product may read it (a packed copy pays)
       const Tensor bias =
           add(concat({in[layout_.b(l, 0)], in[layout_.b(l, 1)], in[layout_.b(l, 2)], in[layout_.b(l, 3)]}, 0),
               concat({in[layout_.b(l, 4)], in[layout_.b(l, 5)], in[layout_.b(l, 6)], in[layout_.b(l, 7)]}, 0));
@@ -136,15 +136,7 @@ class NStepLSTM : public FunctionNode {
       add_(gates, bias);
       Hs = Tensor({N, H_}, dtype, device);
       Tensor Cs({N, H_}, dtype, device);
-      for (std::int64_t t = 0; t < steps_; ++t) {
-        const std::int64_t bt = batch_sizes_[t], off = offsets_[t];
-        const Tensor h_prev = t == 0 ? h0.slice_rows(0, bt) : Hs.slice_rows(offsets_[t - 1], offsets_[t - 1] + bt);
-        const Tensor c_prev = t == 0 ? c0.slice_rows(0, bt) : Cs.slice_rows(offsets_[t - 1], offsets_[t - 1] + bt);
-        Tensor g = gates.slice_rows(off, off + bt);
-        matmul_accumulate_(g, h_prev, Wh, false, true);
-        Tensor c = Cs.slice_rows(off, off + bt), h = Hs.slice_rows(off, off + bt);
-        lstm_cell_forward_(g, c_prev, c, h);
-      }
+      lstm_recurrence_forward_(batch_sizes_, gates, Wh, h0, c0, Hs, Cs);
       hy.push_back(take_rows_trusted(any_empty ? concat({Hs, h0}, 0) : Hs, final_idx, "n_step_lstm"));
       cy.push_back(take_rows_trusted(any_empty ? concat({Cs, c0}, 0) : Cs, final_idx, "n_step_lstm"));
       if (recording()) {
@@ -206,24 +198,14 @@ class NStepLSTM : public FunctionNode {
       const Tensor& h0 = layer_saved(l, 5);
       const Tensor& c0 = layer_saved(l, 6);
       const Tensor Wh = joined(l, 4);
-      Wh.storage()->mark_weight();  // every time step's product reads it
+      Wh.storage()->mark_weight();  // every time step's product may read it
 
       // dh, dc: the gradients of the running state, sorted; a sequence's rows start as its
       // gradient of hy, cy and are first touched at its last step.
       Tensor dh = take_rows_trusted(layer_state(ghy, l), order_idx, "n_step_lstm");
       Tensor dc = take_rows_trusted(layer_state(gcy, l), order_idx, "n_step_lstm");
       Tensor ggates({N, 4 * H_}, act.dtype(), act.device());
-      for (std::int64_t t = steps_ - 1; t >= 0; --t) {
-        const std::int64_t bt = batch_sizes_[t], off = offsets_[t];
-        Tensor dh_t = dh.slice_rows(0, bt), dc_t = dc.slice_rows(0, bt);
-        add_(dh_t, gHs.slice_rows(off, off + bt));
-        const Tensor c_prev = t == 0 ? c0.slice_rows(0, bt) : Cs.slice_rows(offsets_[t - 1], offsets_[t - 1] + bt);
-        Tensor gg = ggates.slice_rows(off, off + bt);
-        lstm_cell_backward_(act.slice_rows(off, off + bt), c_prev, Cs.slice_rows(off, off + bt), dh_t, dc_t, gg,
-                            dc_t);
-        // The gradient of h_{t-1} for the sequences running at t.
-        dh_t.copy_(matmul(gg, Wh));
-      }
+      lstm_recurrence_backward_(batch_sizes_, act, Cs, c0, Wh, gHs, dh, dc, ggates);
       if (needs_input_grad(layout_.hx())) ghx[l] = take_rows_trusted(dh, rank_idx, "n_step_lstm");
       if (needs_input_grad(layout_.cx())) gcx[l] = take_rows_trusted(dc, rank_idx, "n_step_lstm");
 

@@ -68,6 +68,11 @@ class CpuBackend final : public Backend {
   void lstm_cell_forward(Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& h) override;
   void lstm_cell_backward(const Tensor& activations, const Tensor& c_prev, const Tensor& c, const Tensor& gh,
                           const Tensor& gc, Tensor& ggates, Tensor& gc_prev) override;
+  bool lstm_recurrence_forward(const std::vector<std::int64_t>& batch_sizes, Tensor& gates, const Tensor& wh,
+                               const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs) override;
+  bool lstm_recurrence_backward(const std::vector<std::int64_t>& batch_sizes, const Tensor& activations,
+                                const Tensor& cs, const Tensor& c0, const Tensor& wh, const Tensor& ghs, Tensor& dh,
+                                Tensor& dc, Tensor& ggates) override;
   void batch_norm_stats(const Tensor& x, std::int64_t outer, std::int64_t channels, std::int64_t inner,
                         Tensor& mean, Tensor& var) override;
   void channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, const Tensor& zscale,

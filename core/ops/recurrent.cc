@@ -1,6 +1,7 @@
 #include "core/ops/recurrent.h"
 
 #include "core/backend.h"
+#include "core/ops.h"
 #include "core/ops/checks.h"
 
 namespace tandem {
@@ -40,6 +41,36 @@ void check_sequence(const LstmSequenceShape& shape, const Tensor& x, const Tenso
   const Shape state{shape.layers, B, shape.hidden};
   TANDEM_CHECK(hx.shape() == state && cx.shape() == state, op, ": hx ", hx.description(), " and cx ",
                cx.description(), " must be [L, B, H] = ", state);
+}
+
+// The arguments of lstm_recurrence_forward_ / _backward_: `rows` [N, width * H] and the rest
+// [B, H] or [N, H] as named, one floating dtype and device, with the step sizes against them.
+void check_recurrence(const std::vector<std::int64_t>& batch_sizes, const Tensor& rows, const Tensor& wh,
+                      std::initializer_list<std::pair<const Tensor*, const char*>> per_sequence,
+                      std::initializer_list<std::pair<const Tensor*, const char*>> per_row, const char* op) {
+  ops_detail::check_compatible({&rows, &wh}, op);
+  ops_detail::check_floating(rows, op);
+  TANDEM_CHECK(wh.dim() == 2 && wh.size(0) == 4 * wh.size(1), op, ": wh ", wh.description(), " must be [4H, H]");
+  const std::int64_t H = wh.size(1);
+  std::int64_t N = 0;
+  for (std::size_t t = 0; t < batch_sizes.size(); ++t) {
+    TANDEM_CHECK(batch_sizes[t] >= 1 && (t == 0 || batch_sizes[t] <= batch_sizes[t - 1]), op,
+                 ": the step sizes must be at least 1 and decreasing, got ", batch_sizes[t], " at step ", t);
+    N += batch_sizes[t];
+  }
+  TANDEM_CHECK(rows.shape() == Shape({N, 4 * H}), op, ": the gates ", rows.description(), " must be [N, 4H] = [", N,
+               ", ", 4 * H, "] for ", batch_sizes.size(), " steps of ", N, " rows in all and wh ", wh.description());
+  const std::int64_t B = batch_sizes.empty() ? 0 : batch_sizes[0];
+  for (const auto& [t, name] : per_sequence) {
+    ops_detail::check_compatible({t, &rows}, op);
+    TANDEM_CHECK(t->dim() == 2 && t->size(0) >= B && t->size(1) == H, op, ": ", name, " ", t->description(),
+                 " must be [B, H] with B >= ", B, " (the first step's rows) and H = ", H);
+  }
+  for (const auto& [t, name] : per_row) {
+    ops_detail::check_compatible({t, &rows}, op);
+    TANDEM_CHECK(t->shape() == Shape({N, H}), op, ": ", name, " ", t->description(), " must be [N, H] = [", N, ", ",
+                 H, "]");
+  }
 }
 
 }  // namespace
@@ -104,6 +135,50 @@ void lstm_cell_backward_(const Tensor& activations, const Tensor& c_prev, const 
   TANDEM_CHECK(ggates.shape() == activations.shape(), op, ": ggates ", ggates.description(),
                " must have the shape of the activations ", activations.description());
   backend_for(activations.device(), op).lstm_cell_backward(activations, c_prev, c, gh, gc, ggates, gc_prev);
+}
+
+void lstm_recurrence_forward_(const std::vector<std::int64_t>& batch_sizes, Tensor& gates, const Tensor& wh,
+                              const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs) {
+  const char* op = "lstm_recurrence_forward_";
+  check_recurrence(batch_sizes, gates, wh, {{&h0, "h0"}, {&c0, "c0"}}, {{&hs, "hs"}, {&cs, "cs"}}, op);
+  if (backend_for(gates.device(), op).lstm_recurrence_forward(batch_sizes, gates, wh, h0, c0, hs, cs)) return;
+  std::int64_t off = 0, prev = 0;
+  for (std::size_t t = 0; t < batch_sizes.size(); ++t) {
+    const std::int64_t bt = batch_sizes[t], o = off, p = prev;  // this step's first row, the previous one's
+    const Tensor h_prev = t == 0 ? h0.slice_rows(0, bt) : hs.slice_rows(p, p + bt);
+    const Tensor c_prev = t == 0 ? c0.slice_rows(0, bt) : cs.slice_rows(p, p + bt);
+    Tensor g = gates.slice_rows(o, o + bt), c = cs.slice_rows(o, o + bt), h = hs.slice_rows(o, o + bt);
+    prev = off;
+    off += bt;
+    matmul_accumulate_(g, h_prev, wh, false, true);
+    lstm_cell_forward_(g, c_prev, c, h);
+  }
+}
+
+void lstm_recurrence_backward_(const std::vector<std::int64_t>& batch_sizes, const Tensor& activations,
+                               const Tensor& cs, const Tensor& c0, const Tensor& wh, const Tensor& ghs, Tensor& dh,
+                               Tensor& dc, Tensor& ggates) {
+  const char* op = "lstm_recurrence_backward_";
+  check_recurrence(batch_sizes, activations, wh, {{&c0, "c0"}, {&dh, "dh"}, {&dc, "dc"}}, {{&cs, "cs"}, {&ghs, "ghs"}},
+                   op);
+  ops_detail::check_compatible({&ggates, &activations}, op);
+  TANDEM_CHECK(ggates.shape() == activations.shape(), op, ": ggates ", ggates.description(),
+               " must have the shape of the activations ", activations.description());
+  if (backend_for(activations.device(), op)
+          .lstm_recurrence_backward(batch_sizes, activations, cs, c0, wh, ghs, dh, dc, ggates))
+    return;
+  std::vector<std::int64_t> offsets(batch_sizes.size(), 0);
+  for (std::size_t t = 1; t < batch_sizes.size(); ++t) offsets[t] = offsets[t - 1] + batch_sizes[t - 1];
+  for (std::size_t step = batch_sizes.size(); step-- > 0;) {
+    const std::int64_t bt = batch_sizes[step], off = offsets[step];
+    Tensor dh_t = dh.slice_rows(0, bt), dc_t = dc.slice_rows(0, bt);
+    add_(dh_t, ghs.slice_rows(off, off + bt));
+    const Tensor c_prev = step == 0 ? c0.slice_rows(0, bt) : cs.slice_rows(offsets[step - 1], offsets[step - 1] + bt);
+    Tensor gg = ggates.slice_rows(off, off + bt);
+    lstm_cell_backward_(activations.slice_rows(off, off + bt), c_prev, cs.slice_rows(off, off + bt), dh_t, dc_t, gg,
+                        dc_t);
+    dh_t.copy_(matmul(gg, wh));  // the gradient of h_{t-1} for the sequences running at t
+  }
 }
 
 LstmCellResult lstm_cell(const Tensor& gates, const Tensor& c_prev) {

@@ -23,6 +23,26 @@ void lstm_cell_forward_(Tensor& gates, const Tensor& c_prev, Tensor& c, Tensor& 
 void lstm_cell_backward_(const Tensor& activations, const Tensor& c_prev, const Tensor& c, const Tensor& gh,
                          const Tensor& gc, Tensor& ggates, Tensor& gc_prev);
 
+// One LSTM layer's recurrence over a packed, time-major batch: the loop n_step_lstm runs
+// between a layer's input projection and its weight gradients. Step t holds the rows [offset_t,
+// offset_t + batch_sizes[t]) of the N rows (offset_t: the sum of the sizes before it), the
+// sizes at least 1, decreasing (sequences sorted longest first) and summing to N.
+// forward: gates [N, 4H] holds every row's input projection, bias included. At each step
+// gates_t += h_{t-1} wh^T (wh [4H, H]), then lstm_cell_forward_ writes h_t and c_t into the rows
+// of hs and cs ([N, H]) and leaves the activations in gates_t; h_{-1} and c_{-1} are the first
+// rows of h0 and c0 [B, H]. Where the device has a kernel for the whole loop it runs that (on
+// the CPU with two or more threads: one parallel region for all steps, each thread its share of
+// the hidden units; core/cpu/lstm_recurrence.cc), else cell by cell.
+void lstm_recurrence_forward_(const std::vector<std::int64_t>& batch_sizes, Tensor& gates, const Tensor& wh,
+                              const Tensor& h0, const Tensor& c0, Tensor& hs, Tensor& cs);
+// Its backward, from the last step to the first. dh and dc [B, H] enter holding the gradients
+// of the final states (row r: the r-th sequence's) and leave holding those of h0 and c0: at each
+// step dh_t (their first batch_sizes[t] rows) += ghs_t, lstm_cell_backward_ writes ggates_t
+// ([N, 4H]) and turns dc_t into the gradient of c_{t-1}, and dh_t becomes ggates_t wh.
+void lstm_recurrence_backward_(const std::vector<std::int64_t>& batch_sizes, const Tensor& activations,
+                               const Tensor& cs, const Tensor& c0, const Tensor& wh, const Tensor& ghs, Tensor& dh,
+                               Tensor& dc, Tensor& ggates);
+
 // Functional form: {c, h, activations} for pre-activations gates [B, 4H] and c_prev [B, H].
 struct LstmCellResult {
   Tensor c, h, activations;

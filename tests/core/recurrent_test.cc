@@ -3,7 +3,10 @@
 
 #include <cmath>
 
+#include <omp.h>
+
 #include "core/ops.h"
+#include "core/cpu/cpu_backend.h"
 #include "core/ops/recurrent.h"
 #include "tests/core/test_util.h"
 
@@ -111,6 +114,138 @@ TEST_CASE("lstm cell backward agrees with central differences of the forward", "
       REQUIRE(analytic[j] == Approx(numeric).margin(1e-8));
     }
   }
+}
+
+namespace {
+
+// One layer's recurrence written out in double precision over the packed batch (step t: rows
+// offset_t .. offset_t + sizes[t]): the forward's activations, c and h of every row, and the
+// backward's ggates and the gradients of h0 and c0.
+struct RecurrenceReference {
+  std::vector<double> act, cs, hs, ggates, dh, dc;
+};
+
+RecurrenceReference recurrence_reference(const std::vector<std::int64_t>& sizes, const Tensor& gates_in,
+                                         const Tensor& wh, const Tensor& h0, const Tensor& c0, const Tensor& ghs,
+                                         const Tensor& dh_in, const Tensor& dc_in) {
+  const std::int64_t H = wh.size(1), N = gates_in.size(0);
+  const auto w = values(wh), hx = values(h0), cx = values(c0), gy = values(ghs);
+  RecurrenceReference r;
+  r.act = values(gates_in);
+  r.cs.assign(N * H, 0);
+  r.hs.assign(N * H, 0);
+  std::vector<std::int64_t> offsets(sizes.size(), 0);
+  for (std::size_t t = 1; t < sizes.size(); ++t) offsets[t] = offsets[t - 1] + sizes[t - 1];
+  auto prev_h = [&](std::size_t t, std::int64_t b) { return t == 0 ? &hx[b * H] : &r.hs[(offsets[t - 1] + b) * H]; };
+  auto prev_c = [&](std::size_t t, std::int64_t b) { return t == 0 ? &cx[b * H] : &r.cs[(offsets[t - 1] + b) * H]; };
+  for (std::size_t t = 0; t < sizes.size(); ++t)
+    for (std::int64_t b = 0; b < sizes[t]; ++b) {
+      const std::int64_t row = offsets[t] + b;
+      double* g = &r.act[row * 4 * H];
+      for (std::int64_t k = 0; k < 4 * H; ++k)
+        for (std::int64_t j = 0; j < H; ++j) g[k] += prev_h(t, b)[j] * w[k * H + j];
+      for (std::int64_t u = 0; u < H; ++u) {
+        g[u] = sigmoid(g[u]);
+        g[H + u] = sigmoid(g[H + u]);
+        g[2 * H + u] = std::tanh(g[2 * H + u]);
+        g[3 * H + u] = sigmoid(g[3 * H + u]);
+        r.cs[row * H + u] = g[H + u] * prev_c(t, b)[u] + g[u] * g[2 * H + u];
+        r.hs[row * H + u] = g[3 * H + u] * std::tanh(r.cs[row * H + u]);
+      }
+    }
+  r.dh = values(dh_in);
+  r.dc = values(dc_in);
+  r.ggates.assign(N * 4 * H, 0);
+  for (std::size_t t = sizes.size(); t-- > 0;)
+    for (std::int64_t b = 0; b < sizes[t]; ++b) {
+      const std::int64_t row = offsets[t] + b;
+      const double* g = &r.act[row * 4 * H];
+      double* gg = &r.ggates[row * 4 * H];
+      for (std::int64_t u = 0; u < H; ++u) {
+        const double i = g[u], f = g[H + u], a = g[2 * H + u], o = g[3 * H + u];
+        const double dh = r.dh[b * H + u] + gy[row * H + u], tc = std::tanh(r.cs[row * H + u]);
+        const double gct = r.dc[b * H + u] + dh * o * (1 - tc * tc);
+        gg[u] = gct * a * i * (1 - i);
+        gg[H + u] = gct * prev_c(t, b)[u] * f * (1 - f);
+        gg[2 * H + u] = gct * i * (1 - a * a);
+        gg[3 * H + u] = dh * tc * o * (1 - o);
+        r.dc[b * H + u] = gct * f;
+      }
+      for (std::int64_t j = 0; j < H; ++j) {
+        double sum = 0;
+        for (std::int64_t k = 0; k < 4 * H; ++k) sum += gg[k] * w[k * H + j];
+        r.dh[b * H + j] = sum;
+      }
+    }
+  return r;
+}
+
+}  // namespace
+
+// On the CPU with two or more threads the recurrence runs as one parallel region, each thread
+// its share of the hidden units (core/cpu/lstm_recurrence.cc); on one thread, cell by cell. Both
+// against the double-precision loop, on packed batches whose steps shrink, with a unit count that
+// does not split evenly into vectors of 8 and a team of three (more threads than this machine's
+// cores: the barrier must yield).
+TEST_CASE("lstm recurrence on one thread and split over threads matches the formulas", "[recurrent]") {
+  struct Case {
+    std::vector<std::int64_t> sizes;
+    std::int64_t H;
+    int threads;
+  };
+  const int saved_threads = omp_get_max_threads();
+  for (const Case& s : {Case{{40, 40, 33, 20, 7, 1}, 64, 1}, Case{{40, 40, 33, 20, 7, 1}, 64, 2},
+                        Case{{96, 96, 96}, 44, 3}, Case{{96, 60}, 44, 2}}) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      INFO("H " << s.H << ", " << s.sizes.size() << " steps, " << s.threads << " threads, " << dtype);
+      omp_set_num_threads(s.threads);
+      std::int64_t N = 0;
+      for (std::int64_t b : s.sizes) N += b;
+      const std::int64_t B = s.sizes[0] + 2, H = s.H;  // states with rows past the first step's
+      const Tensor gates_in = uniform({N, 4 * H}, 11, -1, 1, dtype), wh = uniform({4 * H, H}, 12, -0.3, 0.3, dtype);
+      const Tensor h0 = uniform({B, H}, 13, -1, 1, dtype), c0 = uniform({B, H}, 14, -1, 1, dtype);
+      const Tensor ghs = uniform({N, H}, 15, -1, 1, dtype);
+      const Tensor dh_in = uniform({B, H}, 16, -1, 1, dtype), dc_in = uniform({B, H}, 17, -1, 1, dtype);
+      const RecurrenceReference want = recurrence_reference(s.sizes, gates_in, wh, h0, c0, ghs, dh_in, dc_in);
+      const double tol = dtype == DType::f64 ? 1e-11 : 2e-5;
+
+      Tensor gates = gates_in.clone(), hs = empty({N, H}, dtype), cs = empty({N, H}, dtype);
+      // The split kernel runs exactly where there are threads to split over.
+      const bool split = cpu_backend().lstm_recurrence_forward(s.sizes, gates, wh, h0, c0, hs, cs);
+      REQUIRE(split == (s.threads > 1));
+      if (!split) lstm_recurrence_forward_(s.sizes, gates, wh, h0, c0, hs, cs);
+      REQUIRE_VALUES(gates, want.act, tol, tol);
+      REQUIRE_VALUES(cs, want.cs, tol, tol);
+      REQUIRE_VALUES(hs, want.hs, tol, tol);
+
+      Tensor dh = dh_in.clone(), dc = dc_in.clone(), ggates = empty({N, 4 * H}, dtype);
+      REQUIRE(cpu_backend().lstm_recurrence_backward(s.sizes, gates, cs, c0, wh, ghs, dh, dc, ggates) == split);
+      if (!split) lstm_recurrence_backward_(s.sizes, gates, cs, c0, wh, ghs, dh, dc, ggates);
+      REQUIRE_VALUES(ggates, want.ggates, tol * 10, tol * 10);
+      REQUIRE_VALUES(dh, want.dh, tol * 10, tol * 10);
+      REQUIRE_VALUES(dc, want.dc, tol * 10, tol * 10);
+      // Rows past the first step's are no sequence's: untouched.
+      REQUIRE_VALUES(dh.slice_rows(s.sizes[0], B), values(dh_in.slice_rows(s.sizes[0], B)));
+    }
+  }
+  omp_set_num_threads(saved_threads);
+}
+
+TEST_CASE("lstm recurrence names the argument that does not fit", "[recurrent][errors]") {
+  const std::vector<std::int64_t> sizes{3, 2};
+  Tensor gates = zeros({5, 16}), hs = zeros({5, 4}), cs = zeros({5, 4});
+  const Tensor wh = zeros({16, 4}), h0 = zeros({3, 4}), c0 = zeros({3, 4});
+  REQUIRE_THROWS_WITH(lstm_recurrence_forward_({2, 3}, gates, wh, h0, c0, hs, cs),
+                      Contains("decreasing") && Contains("step 1"));
+  REQUIRE_THROWS_WITH(lstm_recurrence_forward_({3, 3}, gates, wh, h0, c0, hs, cs), Contains("[N, 4H] = [6, 16]"));
+  REQUIRE_THROWS_WITH(lstm_recurrence_forward_(sizes, gates, zeros({16, 5}), h0, c0, hs, cs),
+                      Contains("wh f32[16, 5] must be [4H, H]"));
+  REQUIRE_THROWS_WITH(lstm_recurrence_forward_(sizes, gates, wh, zeros({2, 4}), c0, hs, cs),
+                      Contains("h0 f32[2, 4]") && Contains("B >= 3"));
+  Tensor short_cs = zeros({4, 4});
+  REQUIRE_THROWS_WITH(lstm_recurrence_forward_(sizes, gates, wh, h0, c0, hs, short_cs), Contains("cs f32[4, 4]"));
+  Tensor dh = zeros({3, 4}), dc = zeros({3, 4}, DType::f64), ggates = zeros({5, 16});
+  REQUIRE_THROWS_WITH(lstm_recurrence_backward_(sizes, gates, cs, c0, wh, hs, dh, dc, ggates), Contains("dtypes"));
 }
 
 TEST_CASE("lstm cell rejects mismatched shapes and dtypes", "[recurrent][errors]") {

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include <omp.h>
+
 #include "tests/autograd/functions/gradcheck_util.h"
 
 using namespace tandem;
@@ -258,4 +260,38 @@ TEST_CASE("n_step_lstm rejects inconsistent arguments", "[n_step_lstm][errors]")
 TEST_CASE("n_step_lstm in f32 agrees with f64", "[n_step_lstm][f32]") {
   const Problem p = make_problem(2, 3, 4, {3, 1, 4}, 40);
   gc_util::check_f32_against_f64(lstm_fn(2, 3), p.flat());
+}
+
+// With two threads the CPU runs each layer's recurrence as one parallel region, each thread its
+// share of the hidden units (core/cpu/lstm_recurrence.cc); 34 sequences of 64 units are past the
+// size where it starts. Outputs against the per-step reference, and every gradient against the
+// same model on one thread, which runs cell by cell.
+TEST_CASE("n_step_lstm split over two threads matches the reference and one thread's gradients",
+          "[n_step_lstm]") {
+  std::vector<std::int64_t> lengths;
+  for (int s = 0; s < 34; ++s) lengths.push_back(1 + (s * 7) % 5);  // 1 to 5 steps, unsorted
+  const Problem p = make_problem(2, 5, 64, lengths, 70);
+  const std::int64_t B = static_cast<std::int64_t>(lengths.size());
+  const int saved_threads = omp_get_max_threads();
+  std::vector<std::vector<Tensor>> grads(2);
+  for (int threads : {2, 1}) {
+    INFO(threads << " threads");
+    omp_set_num_threads(threads);
+    if (threads == 2) require_matches_reference(p, 1e-10);
+    Variables v;
+    for (const Tensor& t : p.flat()) v.emplace_back(t, true);
+    const Variables out = lstm_fn(2, B)(v);
+    Variable loss;
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      const Variable term = F::sum(out[k] * Variable(uniform(out[k].shape(), 100 + k)));
+      loss = k == 0 ? term : loss + term;
+    }
+    loss.backward();
+    for (const Variable& x : v) grads[threads - 1].push_back(x.grad());
+  }
+  omp_set_num_threads(saved_threads);
+  for (std::size_t k = 0; k < grads[0].size(); ++k) {
+    INFO("gradient of input " << k);
+    REQUIRE_NEAR_VALUES(grads[1][k], grads[0][k].to_vector<double>(), 1e-10);
+  }
 }
