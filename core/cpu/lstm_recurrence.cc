@@ -16,13 +16,13 @@
 // backward on its units, then the whole step's ggates times its units' columns of wh (copied
 // once per call) into its columns of dh. A step needs all of h_{t-1} (forward) or of ggates_t
 // (backward), written by every thread, so the threads meet once per step, at a barrier that
-// spins, and yields the core only after a while (a team on an oversubscribed machine), rather
-// than sleeping.
+// spins, and sleeps only after a while (a team on an oversubscribed machine).
 #include <Eigen/Core>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <thread>
+#include <mutex>
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
@@ -45,8 +45,9 @@ constexpr std::int64_t kUnitAlignment = 8;
 // Steps whose product (2 * B * 4H * H flops for the first step's B rows) is smaller than this
 // take about as long as the threads' meeting: they run cell by cell.
 constexpr double kMinStepFlops = double(1 << 20);
-// Pauses a waiting thread spins through before it starts yielding its core (about 20-50 us).
-constexpr int kSpinsBeforeYield = 2000;
+// Pauses a waiting thread spins through before it sleeps (some 50-100 us here): a step's threads
+// arrive within microseconds of each other on a machine with a core each, and never sleep.
+constexpr int kSpinsBeforeSleep = 4000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,8 +55,12 @@ inline void cpu_relax() {
 #endif
 }
 
-// A barrier for the threads of one parallel region that spins instead of sleeping. A thread that
-// fails calls fail(): every wait then returns false, so that no thread waits for it forever.
+// A barrier for the threads of one parallel region that spins first and sleeps only after a
+// while: where the team has a core per thread, waking a sleeping thread costs what splitting
+// saves (the reason this kernel exists); where it has not (two such processes on two cores), a
+// thread that spun or yielded on would keep the core its peer needs (the LSTM steps ran 1.3-1.6x
+// slower than cell by cell with a barrier that only spun and yielded). A thread that fails calls
+// fail(): every wait then returns false, so that no thread waits for it forever.
 class SpinBarrier {
  public:
   // Each thread says the team's size before its first wait (all say the same).
@@ -64,22 +69,40 @@ class SpinBarrier {
     const unsigned generation = generation_.load(std::memory_order_acquire);
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) == team_.load(std::memory_order_relaxed) - 1) {
       arrived_.store(0, std::memory_order_relaxed);
-      generation_.store(generation + 1, std::memory_order_release);
-    } else {
-      for (int spins = 0; generation_.load(std::memory_order_acquire) == generation; ++spins) {
-        if (failed_.load(std::memory_order_relaxed)) return false;
-        if (spins < kSpinsBeforeYield) cpu_relax();
-        else std::this_thread::yield();
+      // Sequentially consistent with the sleepers' count (below): either a sleeper sees the new
+      // generation before it sleeps, or this sees it counted and wakes it.
+      generation_.store(generation + 1, std::memory_order_seq_cst);
+      if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        wake_.notify_all();
       }
+      return !failed_.load(std::memory_order_relaxed);
     }
+    auto released = [&] {
+      return generation_.load(std::memory_order_seq_cst) != generation || failed_.load(std::memory_order_seq_cst);
+    };
+    for (int spins = 0; spins < kSpinsBeforeSleep; ++spins) {
+      if (released()) return !failed_.load(std::memory_order_relaxed);
+      cpu_relax();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    wake_.wait(lock, released);
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
     return !failed_.load(std::memory_order_relaxed);
   }
-  void fail() { failed_.store(true, std::memory_order_relaxed); }
+  void fail() {
+    failed_.store(true, std::memory_order_seq_cst);
+    std::lock_guard<std::mutex> lock(mutex_);
+    wake_.notify_all();
+  }
 
  private:
-  std::atomic<int> team_{0}, arrived_{0};
+  std::atomic<int> team_{0}, arrived_{0}, sleepers_{0};
   std::atomic<unsigned> generation_{0};
   std::atomic<bool> failed_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
 };
 
 // How many threads share the units: 0 where the loop should run cell by cell (one thread, a
