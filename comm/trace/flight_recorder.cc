@@ -52,7 +52,7 @@ void FlightRecorder::reset(std::size_t capacity) {
   next_id_ = 0;
 }
 
-std::int64_t FlightRecorder::record(FlightEntry entry) {
+std::int64_t FlightRecorder::record(FlightEntry entry, const std::vector<std::int64_t>* shape) {
   if (capacity_ == 0) return -1;
   entry.posted_us = now_us();
   entry.state = FlightState::posted;
@@ -60,7 +60,13 @@ std::int64_t FlightRecorder::record(FlightEntry entry) {
   entry.microbatch = timeline::microbatch();
   std::lock_guard<std::mutex> lock(mutex_);
   entry.id = next_id_++;
-  ring_[static_cast<std::size_t>(entry.id) % capacity_] = std::move(entry);
+  FlightEntry& slot = ring_[static_cast<std::size_t>(entry.id) % capacity_];
+  std::vector<std::int64_t> room = std::move(slot.shape);  // (its capacity, for the new shape)
+  if (shape) room.assign(shape->begin(), shape->end());
+  else if (!entry.shape.empty()) room = std::move(entry.shape);
+  else room.clear();
+  slot = std::move(entry);
+  slot.shape = std::move(room);
   return next_id_ - 1;
 }
 

@@ -63,7 +63,9 @@ class FlightRecorder {
   void reset(std::size_t capacity);
 
   // Stamps the entry's id, state (posted), time and pipeline context; returns its id, or -1 when off.
-  std::int64_t record(FlightEntry entry);
+  // shape (when given) replaces entry.shape, copied into the ring's slot where that slot's last
+  // entry left room: a small collective's record allocates nothing once the ring has gone round.
+  std::int64_t record(FlightEntry entry, const std::vector<std::int64_t>* shape = nullptr);
   // Moves an entry on (nothing when it has left the ring or id is -1). Completed and failed are final.
   void set_state(std::int64_t id, FlightState state, const std::string& error = "");
   // Fills in what became known after posting (a receive learns dtype and shape from the header).

@@ -288,9 +288,15 @@ bool MpiCommunicator::inlines(const Tensor& x) const {
          x.nbytes() * static_cast<std::size_t>(size_ - 1) <= kInlineCollectiveTotal;
 }
 
-std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, std::vector<Header>& all,
+std::int64_t MpiCommunicator::post_headers(const Header& mine, std::vector<Header>& all,
                                           std::vector<MPI_Request>& requests, KeepAlive& keep_alive,
                                           const InlineData* inline_data) {
+  return post_headers([&](int) { return mine; }, all, requests, keep_alive, inline_data, &mine);
+}
+
+std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, std::vector<Header>& all,
+                                          std::vector<MPI_Request>& requests, KeepAlive& keep_alive,
+                                          const InlineData* inline_data, const Header* same_for_all) {
   check_usable();
   const std::int64_t sequence = collective_sequence_++;
   const bool abandoned_previous = collective_open_;
@@ -303,16 +309,27 @@ std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, 
     return header;
   };
   // The headers go first: what follows (the flight record, this rank's own header, reaping old
-  // sends) happens while they travel, off the peers' critical path.
-  auto shared_buffers = std::make_shared<std::vector<std::vector<char>>>(size_);
+  // sends) happens while they travel, off the peers' critical path. Their buffers are the last
+  // call's when nothing else holds those any more (an orphaned send's owner does), so a small
+  // collective allocates none once warm.
+  std::shared_ptr<std::vector<std::vector<char>>> shared_buffers = std::move(spare_header_buffers_);
+  if (!shared_buffers || shared_buffers.use_count() != 1)
+    shared_buffers = std::make_shared<std::vector<std::vector<char>>>();
+  shared_buffers->resize(static_cast<std::size_t>(size_));
   std::vector<std::vector<char>>& buffers = *shared_buffers;
   keep_alive.push_back(shared_buffers);
+  spare_header_buffers_ = std::move(shared_buffers);
+  // One header for every peer: finished once (its copy is this rank's own), not once per peer.
+  Header own;
+  if (same_for_all) own = finish(*same_for_all);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    const Header header = finish(header_for(peer));
+    Header for_peer;
+    const Header& header = same_for_all ? own : (for_peer = finish(header_for(peer)));
     const bool carries = header.has_flag(comm_detail::kFlagInlinePayload);
     TANDEM_CHECK(!carries || inline_data, "comm: internal error: a header announces an inline payload that nobody gave");
     const Tensor* x = !carries ? nullptr : inline_data->per_peer ? &(*inline_data->per_peer)[peer] : inline_data->to_all;
+    buffers[peer].clear();
     buffers[peer].reserve(comm_detail::encoded_header_size(header) + (x ? x->nbytes() : 0));
     comm_detail::encode_header(header, buffers[peer]);
     if (x) {
@@ -325,7 +342,7 @@ std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, 
               "MPI_Isend");
   }
   all.assign(size_, Header());
-  all[rank_] = finish(header_for(rank_));
+  all[rank_] = same_for_all ? std::move(own) : finish(header_for(rank_));
   {
     const Header& h = all[rank_];
     trace::FlightEntry entry;
@@ -333,11 +350,8 @@ std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, 
     entry.collective = true;
     entry.peer = h.root;
     entry.sequence = sequence;
-    if (h.has_flag(comm_detail::kFlagTyped)) {
-      entry.dtype = dtype_name(h.dtype);
-      entry.shape = h.shape;
-    }
-    collective_entry_ = flight_record(std::move(entry));
+    if (h.has_flag(comm_detail::kFlagTyped)) entry.dtype = dtype_name(h.dtype);
+    collective_entry_ = flight_record(std::move(entry), true, h.has_flag(comm_detail::kFlagTyped) ? &h.shape : nullptr);
   }
   reap_orphans();
   return sequence;
@@ -367,15 +381,25 @@ bool MpiCommunicator::take_header(int peer, const WaitContext* blocking, Header&
   return true;
 }
 
+std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(const Header& mine, bool same_shape,
+                                                                       InlineData* inline_data) {
+  return exchange_headers([&](int) { return mine; }, same_shape, inline_data, &mine);
+}
+
 std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(FunctionRef<Header(int)> header_for,
-                                                                       bool same_shape, InlineData* inline_data) {
+                                                                       bool same_shape, InlineData* inline_data,
+                                                                       const Header* same_for_all) {
   // Started collectives whose headers are still on their way come first: their headers were
   // sent before this one's.
   complete_started_headers();
   std::vector<Header> all;
-  std::vector<MPI_Request> requests;
-  KeepAlive keep_alive;
-  post_headers(header_for, all, requests, keep_alive, inline_data);
+  // The header sends' requests and owners: the last call's vectors (their capacity), when no call
+  // nested in this one took them first.
+  std::vector<MPI_Request> requests = std::move(spare_requests_);
+  KeepAlive keep_alive = std::move(spare_keep_alive_);
+  requests.clear();
+  keep_alive.clear();
+  post_headers(header_for, all, requests, keep_alive, inline_data, same_for_all);
   if (inline_data) {
     inline_data->arrived.assign(size_, InlineData::Arrived());
   }
@@ -395,8 +419,13 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(FunctionR
     orphans_.push_back(Orphan{requests, keep_alive});
     throw;
   }
-  wait_all(requests, WaitContext{comm_detail::LazyText(operation), rank_ == 0 ? 1 % size_ : 0, true},
-           std::move(keep_alive));
+  wait_all_keeping(requests, WaitContext{comm_detail::LazyText(operation), rank_ == 0 ? 1 % size_ : 0, true},
+                   keep_alive);
+  // The sends are done: their buffers may serve the next call (and the orphans' copies of these
+  // vectors, on a failure above, keep what MPI may still read).
+  keep_alive.clear();
+  spare_keep_alive_ = std::move(keep_alive);
+  spare_requests_ = std::move(requests);
   apply_verdict(all, same_shape);
   trace::FlightRecorder::instance().set_state(collective_entry_, trace::FlightState::matched);
   return all;
@@ -506,7 +535,8 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   // A small tensor travels inside the root's headers; every receiver keeps what they carry.
   const bool small = is_root && inlines(x);
   if (small) mine.flags |= comm_detail::kFlagInlinePayload;
-  const Tensor host = small ? comm_detail::host_for_mpi(x) : Tensor();
+  Tensor host_copy;
+  const Tensor& host = small ? comm_detail::host_view_for_mpi(x, host_copy) : host_copy;
   InlineData carried;
   carried.to_all = &host;
   // Device transport: the root's copy before the exchange, the others' buffers (sized by the
@@ -543,7 +573,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   }
   std::vector<Header> all;
   try {
-    all = exchange_headers([&](int) { return mine; }, false, &carried);
+    all = exchange_headers(mine, false, &carried);
   } catch (...) {
     // On a disagreement the peers discard the payload (the same verdict everywhere); otherwise
     // the job is ending. Either way the sends complete later, their buffer kept until then.
@@ -619,7 +649,7 @@ std::vector<Tensor> MpiCommunicator::gather(const Tensor& x, int root, CallSite 
   check_defined(x, "gather");
   const Header mine = collective_header(OpKind::gather, root, &x);
   const Tensor staged = transport_copy(x);  // before the exchange (see run_device_phase)
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const std::vector<Header> all = exchange_headers(mine, false);
   const bool is_root = rank_ == root;
   std::vector<Shape> shapes(size_);
   std::int64_t numel = 0;
@@ -736,11 +766,12 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
   Header mine = collective_header(OpKind::allgather, -1, &x);
   const bool small = inlines(x);
   if (small) mine.flags |= comm_detail::kFlagInlinePayload;
-  const Tensor host = small ? comm_detail::host_for_mpi(x) : Tensor();
+  Tensor host_copy;
+  const Tensor& host = small ? comm_detail::host_view_for_mpi(x, host_copy) : host_copy;
   InlineData carried;
   carried.to_all = &host;
   const Tensor staged = transport_copy(x);  // before the exchange (see run_device_phase)
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false, &carried);
+  const std::vector<Header> all = exchange_headers(mine, false, &carried);
   std::vector<int> counts(size_), displacements(size_);
   std::vector<Shape> shapes(size_);
   std::size_t total = 0;
@@ -1109,13 +1140,14 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   mine.reduce_op = op == AllreduceOp::mean ? 1 : 0;
   mine.digest = digest;
   if (small) mine.flags |= comm_detail::kFlagInlinePayload;
-  const Tensor host = small ? comm_detail::host_for_mpi(x) : Tensor();
+  Tensor host_copy;
+  const Tensor& host = small ? comm_detail::host_view_for_mpi(x, host_copy) : host_copy;
   InlineData carried;
   carried.to_all = &host;
   // Device transport: the copy and the output (of x's shape) before the exchange (see run_device_phase).
   const Tensor staged = transport_copy(x);
   Tensor device_y = staged.defined() ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true, &carried);
+  const std::vector<Header> all = exchange_headers(mine, true, &carried);
   if (all_inline(all)) {
     // Every rank's tensor came with its header: each rank sums them in rank order, so all get
     // the same bits.
@@ -1173,7 +1205,7 @@ Tensor MpiCommunicator::reduce(const Tensor& x, int root, CallSite site) {
   // run_device_phase).
   const Tensor staged = transport_copy(x);
   Tensor device_y = staged.defined() && is_root ? Tensor(x.shape(), x.dtype(), transport_device()) : Tensor();
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, true);
+  const std::vector<Header> all = exchange_headers(mine, true);
   if (on_device(all)) {
     run_device_phase("reduce", [&] {
       if (x.numel() > 0) device_reduce(staged, device_y, root);
@@ -1218,7 +1250,7 @@ Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs, CallSite s
     for (const Tensor& x : xs) sends.push_back(transport_copy(x));
     device_y = Tensor(xs[rank_].shape(), xs[rank_].dtype(), transport_device());
   }
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const std::vector<Header> all = exchange_headers(mine, false);
   const Device device = xs[0].device();
   if (on_device(all)) {
     run_device_phase("reduce_scatter", [&] { device_reduce_scatter(sends, device_y); });
@@ -1247,7 +1279,7 @@ std::string MpiCommunicator::bcast_obj(const std::string& bytes, int root, CallS
   mine.kind = OpKind::object_bcast;
   mine.root = root;
   if (rank_ == root) mine.payload_bytes = bytes.size();
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const std::vector<Header> all = exchange_headers(mine, false);
   auto result = std::make_shared<std::string>(rank_ == root ? bytes : std::string(all[root].payload_bytes, '\0'));
   std::vector<MPI_Request> requests;
   for (std::size_t offset = 0; offset < result->size(); offset += kChunkBytes) {
@@ -1266,7 +1298,7 @@ std::vector<std::string> MpiCommunicator::gather_obj(const std::string& bytes, i
   mine.kind = OpKind::object_gather;
   mine.root = root;
   mine.payload_bytes = bytes.size();
-  const std::vector<Header> all = exchange_headers([&](int) { return mine; }, false);
+  const std::vector<Header> all = exchange_headers(mine, false);
   const int send_count = checked_int(bytes.size(), "gather_obj");
   auto mine_bytes = std::make_shared<const std::string>(bytes);
   std::vector<MPI_Request> requests(1);
@@ -1393,7 +1425,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_collective(
   auto state = std::make_shared<StartedCollective>();
   state->advance = std::move(stages.advance);
   state->stage_requests = std::move(stages.stage_requests);
-  state->sequence = post_headers([&](int) { return mine; }, state->all, state->requests, state->keep_alive);
+  state->sequence = post_headers(mine, state->all, state->requests, state->keep_alive);
   // The entry ends when the pending collective completes, not with this call.
   state->flight_entry = collective_entry_;
   if (flight_call_ && !flight_call_->ending_.empty() && flight_call_->ending_.back() == collective_entry_) {

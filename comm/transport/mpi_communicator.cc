@@ -191,7 +191,8 @@ MpiCommunicator::FlightCall::~FlightCall() {
   });
 }
 
-std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_with_call) {
+std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_with_call,
+                                            const std::vector<std::int64_t>* shape) {
   trace::FlightRecorder& recorder = trace::FlightRecorder::instance();
   if (!recorder.enabled()) return -1;
   entry.comm = book_->id();
@@ -202,7 +203,7 @@ std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_
     entry.site = flight_call_->user_;
     entry.direct = flight_call_->direct_;
   }
-  const std::int64_t id = recorder.record(std::move(entry));
+  const std::int64_t id = recorder.record(std::move(entry), shape);
   if (ends_with_call && flight_call_) flight_call_->ending_.push_back(id);
   return id;
 }
@@ -211,7 +212,7 @@ MPI_Comm MpiCommunicator::split_mpi(int color, int key) {
   TANDEM_CHECK(color >= 0, "split: color ", color, " on rank ", rank_, " must be non-negative");
   Header mine;
   mine.kind = comm_detail::OpKind::split;
-  exchange_headers([&](int) { return mine; }, false);
+  exchange_headers(mine, false);
   collective_open_ = false;
   MPI_Comm part = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
@@ -232,7 +233,7 @@ void MpiCommunicator::barrier(CallSite site) {
   // Every rank waits for every peer's header: the exchange is the barrier.
   Header mine;
   mine.kind = comm_detail::OpKind::barrier;
-  exchange_headers([&](int) { return mine; }, false);
+  exchange_headers(mine, false);
   collective_open_ = false;
 }
 

@@ -231,7 +231,9 @@ class MpiCommunicator : public Communicator {
   // Records an entry for this communicator (its id, rank and the current call's sites); returns
   // its id (-1 when the recorder is off). ends_with_call: completed when the public call returns
   // (false for an isend or a started collective, completed later).
-  std::int64_t flight_record(trace::FlightEntry entry, bool ends_with_call = true);
+  // shape: the entry's shape, when the entry does not carry it (see FlightRecorder::record).
+  std::int64_t flight_record(trace::FlightEntry entry, bool ends_with_call = true,
+                             const std::vector<std::int64_t>* shape = nullptr);
   // The entry of the collective whose headers this rank posted last.
   std::int64_t collective_entry_ = -1;
 
@@ -267,6 +269,8 @@ class MpiCommunicator : public Communicator {
   // fails, the requests still in flight and their buffers (keep_alive) are set aside and
   // completed later, so MPI never touches freed memory.
   void wait_all(std::vector<MPI_Request>& requests, const WaitContext& context, KeepAlive keep_alive = {});
+  // The same, keep_alive copied into the orphan only when the wait fails (the caller keeps its own).
+  void wait_all_keeping(std::vector<MPI_Request>& requests, const WaitContext& context, const KeepAlive& keep_alive);
   // Completes what failed waits set aside, as far as it has arrived.
   void reap_orphans();
   // Called now and then while waiting on a peer: throws when the wait can never end.
@@ -352,14 +356,19 @@ class MpiCommunicator : public Communicator {
     std::vector<Arrived> arrived;
     const char* payload(int rank) const { return arrived[rank].message.data() + arrived[rank].offset; }
   };
+  // same_for_all: header_for gives this header to every peer (then finished once, not per peer).
   std::vector<Header> exchange_headers(FunctionRef<Header(int peer)> header_for, bool same_shape,
-                                       InlineData* inline_data = nullptr);
+                                       InlineData* inline_data = nullptr, const Header* same_for_all = nullptr);
+  // The same with one header for every peer (most collectives).
+  std::vector<Header> exchange_headers(const Header& mine, bool same_shape, InlineData* inline_data = nullptr);
   // exchange_headers in parts: post this rank's headers to every peer (the sends' requests and
   // buffers appended), take one peer's next collective header (blocking with a context, else
   // only if it has arrived), and the verdict (throws the disagreement error).
   std::int64_t post_headers(FunctionRef<Header(int peer)> header_for, std::vector<Header>& all,
                             std::vector<MPI_Request>& requests, KeepAlive& keep_alive,
-                            const InlineData* inline_data = nullptr);
+                            const InlineData* inline_data = nullptr, const Header* same_for_all = nullptr);
+  std::int64_t post_headers(const Header& mine, std::vector<Header>& all, std::vector<MPI_Request>& requests,
+                            KeepAlive& keep_alive, const InlineData* inline_data = nullptr);
   // message/offset (optional): the whole message and where an inline payload starts in it.
   bool take_header(int peer, const WaitContext* blocking, Header& out, std::vector<char>* message = nullptr,
                    std::size_t* offset = nullptr);
@@ -538,6 +547,12 @@ class MpiCommunicator : public Communicator {
     KeepAlive keep_alive;
   };
   std::vector<Orphan> orphans_;
+  // What the last header exchange used, kept for the next (their capacity): the header messages'
+  // buffers (reused only when nothing else, such as an orphan, still holds them), the sends'
+  // requests and their owners (exchange_headers, post_headers).
+  std::shared_ptr<std::vector<std::vector<char>>> spare_header_buffers_;
+  std::vector<MPI_Request> spare_requests_;
+  KeepAlive spare_keep_alive_;
   // Sends posted by isend, oldest first, completed in order.
   struct PendingSend {
     std::vector<MPI_Request> requests;
@@ -557,6 +572,13 @@ namespace comm_detail {
 // A tensor's bytes in host memory, for MPI: the tensor itself on the CPU, else a copy in pinned
 // memory (the GPU writes it by DMA, without the driver's staging through its own buffer).
 inline Tensor host_for_mpi(const Tensor& x) { return x.device().is_cpu() ? x : x.pin_memory(); }
+// The same without copying a host tensor's handle (its shape: an allocation in every small
+// collective): x itself on the host, else its pinned copy, kept in `copy`.
+inline const Tensor& host_view_for_mpi(const Tensor& x, Tensor& copy) {
+  if (x.device().is_cpu()) return x;
+  copy = x.pin_memory();
+  return copy;
+}
 // A host buffer for bytes that go on to `bound_for`: pinned when that is a GPU.
 inline Tensor host_buffer(const Shape& shape, DType dtype, const Device& bound_for) {
   return bound_for.is_cpu() ? Tensor(shape, dtype) : empty_pinned(shape, dtype);

@@ -112,6 +112,11 @@ std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, co
 }
 
 void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitContext& context, KeepAlive keep_alive) {
+  wait_all_keeping(requests, context, keep_alive);
+}
+
+void MpiCommunicator::wait_all_keeping(std::vector<MPI_Request>& requests, const WaitContext& context,
+                                       const KeepAlive& keep_alive) {
   Poller poller(timeout_seconds_);
   try {
     for (;;) {
@@ -126,7 +131,7 @@ void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitCon
       }
     }
   } catch (...) {
-    orphans_.push_back(Orphan{requests, std::move(keep_alive)});
+    orphans_.push_back(Orphan{requests, keep_alive});
     throw;
   }
 }
