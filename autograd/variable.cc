@@ -9,16 +9,21 @@ VariableNode::~VariableNode() {
   // Take over the creator and walk backwards, detaching each node we hold the last reference
   // to from its inputs before letting it go; every destructor then runs with nothing left to
   // destroy recursively.
+  // The list of functions still to detach stays empty (no allocation) where the graph behind
+  // this node is one function deep or still held elsewhere, which is most nodes.
+  std::shared_ptr<FunctionNode> function = std::move(creator);
   std::vector<std::shared_ptr<FunctionNode>> pending;
-  if (creator) pending.push_back(std::move(creator));
-  while (!pending.empty()) {
-    std::shared_ptr<FunctionNode> function = std::move(pending.back());
-    pending.pop_back();
-    if (function.use_count() != 1) continue;  // still referenced elsewhere
-    for (std::shared_ptr<VariableNode>& input : function->inputs_) {
-      if (input && input.use_count() == 1 && input->creator) pending.push_back(std::move(input->creator));
+  while (function) {
+    if (function.use_count() == 1) {  // else still referenced elsewhere
+      for (std::shared_ptr<VariableNode>& input : function->inputs_) {
+        if (input && input.use_count() == 1 && input->creator) pending.push_back(std::move(input->creator));
+      }
+      function->inputs_.clear();
     }
-    function->inputs_.clear();
+    function.reset();
+    if (pending.empty()) break;
+    function = std::move(pending.back());
+    pending.pop_back();
   }
 }
 
