@@ -222,6 +222,15 @@ std::vector<bool> Tensor::to_vector<bool>() const {
 double Tensor::item() const {
   TANDEM_CHECK(defined() && numel_ == 1, "item: needs a tensor of exactly one element, got ",
                description());
+  if (device_.is_cpu()) {  // read in place (to_vector makes two tensors and a vector)
+    switch (dtype_) {
+      case DType::f32: return *data<float>();
+      case DType::f64: return *data<double>();
+      case DType::i32: return *data<std::int32_t>();
+      case DType::i64: return static_cast<double>(*data<std::int64_t>());
+      case DType::boolean: return *data<bool>() ? 1.0 : 0.0;
+    }
+  }
   return to_vector<double>()[0];
 }
 
