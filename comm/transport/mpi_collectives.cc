@@ -368,16 +368,19 @@ bool MpiCommunicator::take_header(int peer, const WaitContext* blocking, Header&
     early->second.pop_front();
     return true;
   }
-  std::vector<char> bytes;
+  // The message lands in the last one's room, unless its payload is wanted (message).
+  std::vector<char> bytes = std::move(spare_received_);
   if (blocking) {
-    bytes = receive_message_bytes(peer, kCollectiveTag, *blocking);
+    receive_message_bytes(peer, kCollectiveTag, *blocking, bytes);
   } else if (!try_receive(peer, kCollectiveTag, bytes)) {
+    spare_received_ = std::move(bytes);
     return false;
   }
   comm_detail::DecodedMessage decoded = comm_detail::decode_header(bytes.data(), bytes.size(), peer);
   out = std::move(decoded.header);
   if (offset) *offset = decoded.header_bytes;
   if (message) *message = std::move(bytes);
+  else spare_received_ = std::move(bytes);
   return true;
 }
 
@@ -402,6 +405,7 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(FunctionR
   post_headers(header_for, all, requests, keep_alive, inline_data, same_for_all);
   if (inline_data) {
     inline_data->arrived.assign(size_, InlineData::Arrived());
+    inline_data->spare = &spare_received_;
   }
   const Header& own = all[rank_];
   const auto operation = [&own] { return own.describe(); };

@@ -263,6 +263,8 @@ class MpiCommunicator : public Communicator {
   // Waits for a message from (source, tag) and receives it whole (its first part, when the
   // payload follows separately).
   std::vector<char> receive_message_bytes(int source, int tag, const WaitContext& context);
+  // The same into `bytes` (resized to the message; its capacity reused).
+  void receive_message_bytes(int source, int tag, const WaitContext& context, std::vector<char>& bytes);
   // Receives a whole message from (source, tag) into bytes if one has arrived; no waiting.
   bool try_receive(int source, int tag, std::vector<char>& bytes);
   // Completes requests, diagnosing and timing out as receive_message_bytes does. When the wait
@@ -355,6 +357,17 @@ class MpiCommunicator : public Communicator {
     };
     std::vector<Arrived> arrived;
     const char* payload(int rank) const { return arrived[rank].message.data() + arrived[rank].offset; }
+    // Where a message's room goes back when the collective is done with it (the communicator's
+    // spare_received_, set by exchange_headers): the next message lands there.
+    std::vector<char>* spare = nullptr;
+    InlineData() = default;
+    InlineData(const InlineData&) = delete;
+    InlineData& operator=(const InlineData&) = delete;
+    ~InlineData() {
+      if (!spare) return;
+      for (Arrived& a : arrived)
+        if (a.message.capacity() > spare->capacity()) *spare = std::move(a.message);
+    }
   };
   // same_for_all: header_for gives this header to every peer (then finished once, not per peer).
   std::vector<Header> exchange_headers(FunctionRef<Header(int peer)> header_for, bool same_shape,
@@ -553,6 +566,12 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<std::vector<std::vector<char>>> spare_header_buffers_;
   std::vector<MPI_Request> spare_requests_;
   KeepAlive spare_keep_alive_;
+  // The same for a blocking send's message (send_bytes).
+  std::shared_ptr<std::vector<char>> spare_send_buffer_;
+  std::vector<MPI_Request> spare_send_requests_;
+  KeepAlive spare_send_keep_alive_;
+  // A received message's bytes, once read (recv_message, take_header): the next one's room.
+  std::vector<char> spare_received_;
   // Sends posted by isend, oldest first, completed in order.
   struct PendingSend {
     std::vector<MPI_Request> requests;

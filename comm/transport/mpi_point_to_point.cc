@@ -46,14 +46,16 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
   entry.peer = dest;
   entry.tag = tag;
   entry.sequence = header.sequence;
-  if (header.kind != OpKind::object_send) {
-    entry.dtype = dtype_name(header.dtype);
-    entry.shape = header.shape;
-  }
+  const bool tensor = header.kind != OpKind::object_send;
+  if (tensor) entry.dtype = dtype_name(header.dtype);
   const bool posted_only = !blocking && !header.has_flag(comm_detail::kFlagDevicePayload);
-  const std::int64_t flight_entry = flight_record(std::move(entry), !posted_only);
-  auto buffer = std::make_shared<std::vector<char>>();
+  const std::int64_t flight_entry = flight_record(std::move(entry), !posted_only, tensor ? &header.shape : nullptr);
+  // The message's buffer: the last send's when nothing else (a pending or orphaned send) holds it.
+  std::shared_ptr<std::vector<char>> buffer = std::move(spare_send_buffer_);
+  if (!buffer || buffer.use_count() != 1) buffer = std::make_shared<std::vector<char>>();
+  spare_send_buffer_ = buffer;
   std::vector<char>& message = *buffer;
+  message.clear();
   const std::size_t size = header.payload_bytes;
   // A device payload follows on the device transport, after this header; see send_message.
   const bool device_payload = header.has_flag(comm_detail::kFlagDevicePayload);
@@ -64,7 +66,8 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
   if (inline_payload && size > 0)
     message.insert(message.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
 
-  std::vector<MPI_Request> requests(1);
+  std::vector<MPI_Request> requests = std::move(spare_send_requests_);
+  requests.assign(1, MPI_REQUEST_NULL);
   if (device_payload) {
     check_mpi(MPI_Issend(message.data(), static_cast<int>(message.size()), MPI_BYTE, dest, tag, comm_, &requests[0]),
               "MPI_Issend");
@@ -81,16 +84,22 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
       check_mpi(MPI_Isend(bytes + offset, count, MPI_BYTE, dest, tag, comm_, &requests.back()), "MPI_Isend");
     }
   }
-  KeepAlive keep_alive{buffer, inline_payload ? nullptr : owner};
   if (!blocking && !device_payload) {
-    pending_sends_.push_back(PendingSend{std::move(requests), std::move(keep_alive), header, dest, flight_entry});
+    pending_sends_.push_back(
+        PendingSend{std::move(requests), KeepAlive{buffer, inline_payload ? nullptr : owner}, header, dest, flight_entry});
     reap_pending_sends();
     return;
   }
-  // A failed wait leaves the payload in flight: its memory stays alive until it completes. A
-  // caller that changes the tensor after a failed send may see the change delivered.
-  wait_all(requests, WaitContext{comm_detail::LazyText([&] { return sent_text(header, dest); }), dest, false},
-           std::move(keep_alive));
+  // A failed wait leaves the payload in flight: its memory stays alive until it completes (the
+  // orphan holds it). A caller that changes the tensor after a failed send may see the change
+  // delivered.
+  KeepAlive keep_alive = std::move(spare_send_keep_alive_);
+  keep_alive.assign({buffer, inline_payload ? nullptr : owner});
+  wait_all_keeping(requests, WaitContext{comm_detail::LazyText([&] { return sent_text(header, dest); }), dest, false},
+                   keep_alive);
+  keep_alive.clear();
+  spare_send_keep_alive_ = std::move(keep_alive);
+  spare_send_requests_ = std::move(requests);
 }
 
 std::string MpiCommunicator::sent_text(const Header& header, int dest) {
@@ -212,7 +221,8 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   entry.sequence = book_->expected(source, tag);  // the message it waits for
   const std::int64_t flight_entry = flight_record(std::move(entry));
   Incoming incoming;
-  incoming.bytes = receive_message_bytes(source, tag, context);
+  incoming.bytes = std::move(spare_received_);
+  receive_message_bytes(source, tag, context, incoming.bytes);
   incoming.message = comm_detail::decode_header(incoming.bytes.data(), incoming.bytes.size(), source);
   const Header& header = incoming.message.header;
   trace::FlightRecorder::instance().describe(flight_entry, header.sequence,
@@ -257,6 +267,7 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   if (header.kind != OpKind::object_send && received.tensor.device() != landing(header))
     received.tensor = received.tensor.to(landing(header));
   received.header = std::move(incoming.message.header);  // its last use: `header` refers to it
+  spare_received_ = std::move(incoming.bytes);
   return received;
 }
 

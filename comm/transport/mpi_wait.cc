@@ -84,13 +84,18 @@ bool MpiCommunicator::try_receive(int source, int tag, std::vector<char>& bytes)
 }
 
 std::vector<char> MpiCommunicator::receive_message_bytes(int source, int tag, const WaitContext& context) {
+  std::vector<char> bytes;
+  receive_message_bytes(source, tag, context, bytes);
+  return bytes;
+}
+
+void MpiCommunicator::receive_message_bytes(int source, int tag, const WaitContext& context, std::vector<char>& bytes) {
   Poller poller(timeout_seconds_);
   // A point-to-point receive takes part in the search for cycles of receives, from its first
   // diagnosis on (one that ends sooner costs nothing).
   std::optional<comm_detail::ReceiveWaitScope> receiving;
   for (;;) {
-    std::vector<char> bytes;
-    if (try_receive(source, tag, bytes)) return bytes;
+    if (try_receive(source, tag, bytes)) return;
     progress_other_communicators();
     if (poller.idle()) {
       if (!receiving && !context.in_collective) {
