@@ -14,6 +14,8 @@ std::ostream& operator<<(std::ostream& out, const std::vector<std::int64_t>& sha
   return out << shape_str(shape);
 }
 
+std::ostream& operator<<(std::ostream& out, const Shape& shape) { return out << shape_str(shape); }
+
 std::string shape_str(const Shape& shape) {
   std::string out = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {

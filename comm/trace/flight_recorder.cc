@@ -52,7 +52,7 @@ void FlightRecorder::reset(std::size_t capacity) {
   next_id_ = 0;
 }
 
-std::int64_t FlightRecorder::record(FlightEntry entry, const std::vector<std::int64_t>* shape) {
+std::int64_t FlightRecorder::record(FlightEntry entry, const Shape* shape) {
   if (capacity_ == 0) return -1;
   entry.posted_us = now_us();
   entry.state = FlightState::posted;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/call_site.h"
+#include "core/shape.h"
 #include "core/timeline.h"
 
 namespace tandem::trace {
@@ -65,7 +66,7 @@ class FlightRecorder {
   // Stamps the entry's id, state (posted), time and pipeline context; returns its id, or -1 when off.
   // shape (when given) replaces entry.shape, copied into the ring's slot where that slot's last
   // entry left room: a small collective's record allocates nothing once the ring has gone round.
-  std::int64_t record(FlightEntry entry, const std::vector<std::int64_t>* shape = nullptr);
+  std::int64_t record(FlightEntry entry, const Shape* shape = nullptr);
   // Moves an entry on (nothing when it has left the ring or id is -1). Completed and failed are final.
   void set_state(std::int64_t id, FlightState state, const std::string& error = "");
   // Fills in what became known after posting (a receive learns dtype and shape from the header).

@@ -192,7 +192,7 @@ MpiCommunicator::FlightCall::~FlightCall() {
 }
 
 std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_with_call,
-                                            const std::vector<std::int64_t>* shape) {
+                                            const Shape* shape) {
   trace::FlightRecorder& recorder = trace::FlightRecorder::instance();
   if (!recorder.enabled()) return -1;
   entry.comm = book_->id();

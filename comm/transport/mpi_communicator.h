@@ -233,7 +233,7 @@ class MpiCommunicator : public Communicator {
   // (false for an isend or a started collective, completed later).
   // shape: the entry's shape, when the entry does not carry it (see FlightRecorder::record).
   std::int64_t flight_record(trace::FlightEntry entry, bool ends_with_call = true,
-                             const std::vector<std::int64_t>* shape = nullptr);
+                             const Shape* shape = nullptr);
   // The entry of the collective whose headers this rank posted last.
   std::int64_t collective_entry_ = -1;
 
