@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -46,7 +47,7 @@ FlightRecorder& FlightRecorder::instance() {
 FlightRecorder::FlightRecorder() : capacity_(capacity_from_environment()) { ring_.resize(capacity_); }
 
 void FlightRecorder::reset(std::size_t capacity) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   capacity_ = capacity;
   ring_.assign(capacity, FlightEntry{});
   next_id_ = 0;
@@ -58,15 +59,11 @@ std::int64_t FlightRecorder::record(FlightEntry entry, const Shape* shape) {
   entry.state = FlightState::posted;
   entry.stage = timeline::stage();
   entry.microbatch = timeline::microbatch();
-  std::lock_guard<std::mutex> lock(mutex_);
+  if (shape) entry.shape = *shape;
+  std::lock_guard<SpinLock> hold(lock_);
   entry.id = next_id_++;
   FlightEntry& slot = ring_[static_cast<std::size_t>(entry.id) % capacity_];
-  std::vector<std::int64_t> room = std::move(slot.shape);  // (its capacity, for the new shape)
-  if (shape) room.assign(shape->begin(), shape->end());
-  else if (!entry.shape.empty()) room = std::move(entry.shape);
-  else room.clear();
   slot = std::move(entry);
-  slot.shape = std::move(room);
   return next_id_ - 1;
 }
 
@@ -76,10 +73,15 @@ FlightEntry* FlightRecorder::find(std::int64_t id) {
   return slot.id == id ? &slot : nullptr;
 }
 
+void FlightRecorder::set_state(std::int64_t id, FlightState state) {
+  static const std::string no_error;
+  set_state(id, state, no_error);
+}
+
 void FlightRecorder::set_state(std::int64_t id, FlightState state, const std::string& error) {
   if (id < 0) return;
   const std::int64_t now = now_us();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   FlightEntry* entry = find(id);
   if (!entry || entry->state == FlightState::completed || entry->state == FlightState::failed) return;
   entry->state = state;
@@ -131,7 +133,7 @@ timeline::Span timeline_span(const FlightEntry& e) {
 void FlightRecorder::describe(std::int64_t id, std::int64_t sequence, const std::string& dtype,
                               const std::vector<std::int64_t>& shape) {
   if (id < 0) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   if (FlightEntry* entry = find(id)) {
     entry->sequence = sequence;
     entry->dtype = dtype;
@@ -140,12 +142,12 @@ void FlightRecorder::describe(std::int64_t id, std::int64_t sequence, const std:
 }
 
 void FlightRecorder::mark_in_flight(std::int64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   if (FlightEntry* entry = find(id)) entry->in_flight = true;
 }
 
 void FlightRecorder::add_communicator(CommunicatorInfo info) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   for (CommunicatorInfo& known : communicators_) {
     if (known.id == info.id) {
       known = std::move(info);
@@ -156,7 +158,7 @@ void FlightRecorder::add_communicator(CommunicatorInfo info) {
 }
 
 std::vector<FlightEntry> FlightRecorder::entries() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   std::vector<FlightEntry> out;
   if (capacity_ == 0) return out;
   const std::int64_t first = next_id_ > static_cast<std::int64_t>(capacity_) ? next_id_ - capacity_ : 0;
@@ -165,12 +167,12 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
 }
 
 std::vector<CommunicatorInfo> FlightRecorder::communicators() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   return communicators_;
 }
 
 std::int64_t FlightRecorder::dropped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> hold(lock_);
   return capacity_ > 0 && next_id_ > static_cast<std::int64_t>(capacity_) ? next_id_ - capacity_ : 0;
 }
 

@@ -8,18 +8,18 @@
 // main, a wait times out, the ranks disagree, a message is never received) or a rank gets
 // SIGUSR1, each rank that can writes its ring as one self-describing JSON file to
 // TANDEM_TRACE_DIR (trace_dump.h), and rank 0 prints the cross-rank report of
-// comm/trace/analysis.h. Kept cheap enough to leave on: one mutex and a few stores per entry.
+// comm/trace/analysis.h. Kept cheap enough to leave on: a spin lock and a few stores per entry.
 // The pipeline stage and microbatch come from core/timeline.h's StageScope. With the timeline
 // on, every entry that ends becomes a span of it (with a flow from each send to its receive).
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/call_site.h"
 #include "core/shape.h"
+#include "core/spin_lock.h"
 #include "core/timeline.h"
 
 namespace tandem::trace {
@@ -40,7 +40,7 @@ struct FlightEntry {
   int tag = -1;                // point to point only
   std::int64_t sequence = -1;  // point to point: per (peer, tag); collectives: per communicator
   std::string dtype;           // "" when the operation carries no tensor
-  std::vector<std::int64_t> shape;
+  Shape shape;                 // (up to 6 extents in place: recording one allocates nothing)
   std::int64_t stage = -1, microbatch = -1;  // inside a pipeline action
   CallSite site;               // the user's call (the outermost CallSiteScope)
   CallSite direct;             // the line that called the communicator (tandem's own, inside a scope)
@@ -64,11 +64,11 @@ class FlightRecorder {
   void reset(std::size_t capacity);
 
   // Stamps the entry's id, state (posted), time and pipeline context; returns its id, or -1 when off.
-  // shape (when given) replaces entry.shape, copied into the ring's slot where that slot's last
-  // entry left room: a small collective's record allocates nothing once the ring has gone round.
+  // shape (when given) replaces entry.shape (saves the caller a copy).
   std::int64_t record(FlightEntry entry, const Shape* shape = nullptr);
   // Moves an entry on (nothing when it has left the ring or id is -1). Completed and failed are final.
-  void set_state(std::int64_t id, FlightState state, const std::string& error = "");
+  void set_state(std::int64_t id, FlightState state);
+  void set_state(std::int64_t id, FlightState state, const std::string& error);
   // Fills in what became known after posting (a receive learns dtype and shape from the header).
   void describe(std::int64_t id, std::int64_t sequence, const std::string& dtype, const std::vector<std::int64_t>& shape);
   void add_communicator(CommunicatorInfo info);
@@ -83,7 +83,7 @@ class FlightRecorder {
   FlightRecorder();
   FlightEntry* find(std::int64_t id);
 
-  mutable std::mutex mutex_;
+  mutable SpinLock lock_;
   std::size_t capacity_;
   std::vector<FlightEntry> ring_;  // entry #n at n % capacity
   std::int64_t next_id_ = 0;

@@ -39,7 +39,7 @@ json entry_json(const FlightEntry& e) {
               {"tag", e.tag},
               {"sequence", e.sequence},
               {"dtype", e.dtype},
-              {"shape", e.shape},
+              {"shape", std::vector<std::int64_t>(e.shape)},
               {"stage", e.stage},
               {"microbatch", e.microbatch},
               {"site", site_json(e.site)},

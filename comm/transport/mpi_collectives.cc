@@ -95,30 +95,41 @@ comm_detail::PieceList on_host(const comm_detail::PieceList& xs, std::vector<Ten
   return storage;
 }
 
-// An exchange's shapes out of the headers (which keep theirs empty): what each rank sent here,
-// in rank order, and their elements in all (numel).
-std::vector<Shape> take_piece_shapes(std::vector<comm_detail::MessageHeader>& all, std::int64_t& numel) {
-  std::vector<Shape> shapes;
-  shapes.reserve(all.size());
-  numel = 0;
-  for (comm_detail::MessageHeader& header : all) {
-    numel += shape_numel(header.shape);
-    shapes.push_back(std::move(header.shape));
+// A set of ranks: bits in place up to 64 ranks (a small exchange allocates nothing for it).
+class RankSet {
+ public:
+  explicit RankSet(int size) {
+    if (size > 64) more_.assign(static_cast<std::size_t>(size), false);
   }
-  return shapes;
+  bool has(int rank) const { return more_.empty() ? (bits_ >> rank) & 1 : more_[static_cast<std::size_t>(rank)]; }
+  void add(int rank) {
+    if (more_.empty()) bits_ |= std::uint64_t(1) << rank;
+    else more_[static_cast<std::size_t>(rank)] = true;
+  }
+
+ private:
+  std::uint64_t bits_ = 0;
+  std::vector<bool> more_;
+};
+
+// An exchange's pieces as views of `flat`, each with the shape of its header (moved out of it).
+std::vector<Tensor> split_flat(const Tensor& flat, std::vector<comm_detail::MessageHeader>&& headers) {
+  std::vector<Tensor> pieces;
+  pieces.reserve(headers.size());
+  std::int64_t begin = 0;
+  for (comm_detail::MessageHeader& header : headers) {
+    const std::int64_t n = shape_numel(header.shape);
+    pieces.push_back(flat.slice_flat(begin, std::move(header.shape)));
+    begin += n;
+  }
+  return pieces;
 }
 
-// An exchange's pieces for this rank: what each rank sends here (its header's shape), in rank
-// order, and their elements in all (numel).
-std::vector<Shape> piece_shapes(const std::vector<comm_detail::MessageHeader>& all, std::int64_t& numel) {
-  std::vector<Shape> shapes;
-  shapes.reserve(all.size());
-  numel = 0;
-  for (const comm_detail::MessageHeader& header : all) {
-    shapes.push_back(header.shape);
-    numel += shape_numel(header.shape);
-  }
-  return shapes;
+// The elements of an exchange's pieces for this rank, all together.
+std::int64_t pieces_numel(const std::vector<comm_detail::MessageHeader>& all) {
+  std::int64_t numel = 0;
+  for (const comm_detail::MessageHeader& header : all) numel += shape_numel(header.shape);
+  return numel;
 }
 
 Packed pack(const std::vector<Tensor>& pieces, DType dtype) {
@@ -404,8 +415,10 @@ std::vector<MpiCommunicator::Header> MpiCommunicator::exchange_headers(FunctionR
   keep_alive.clear();
   post_headers(header_for, all, requests, keep_alive, inline_data, same_for_all);
   if (inline_data) {
-    inline_data->arrived.assign(size_, InlineData::Arrived());
+    inline_data->arrived = std::move(spare_arrived_);
+    inline_data->arrived.resize(static_cast<std::size_t>(size_));  // (empty: the last list was cleared)
     inline_data->spare = &spare_received_;
+    inline_data->spare_list = &spare_arrived_;
   }
   const Header& own = all[rank_];
   const auto operation = [&own] { return own.describe(); };
@@ -765,7 +778,7 @@ std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
   if (exchanges_directly(x)) {
     FlatExchange exchanged =
         exchange_pieces(PieceList::same_for_all(x, size_), OpKind::allgather, "allgather", nullptr, PieceOptions());
-    return split_flat(exchanged.flat, std::move(exchanged.shapes));
+    return split_flat(exchanged.flat, std::move(exchanged.headers));
   }
   Header mine = collective_header(OpKind::allgather, -1, &x);
   const bool small = inlines(x);
@@ -840,7 +853,7 @@ std::vector<Tensor> MpiCommunicator::alltoall(const std::vector<Tensor>& xs, Cal
   }
   check_one_kind(xs, "alltoall");
   FlatExchange exchanged = exchange_pieces(xs, OpKind::alltoall, "alltoall", nullptr, PieceOptions());
-  return split_flat(exchanged.flat, std::move(exchanged.shapes));
+  return split_flat(exchanged.flat, std::move(exchanged.headers));
 }
 
 AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<std::int64_t>& send_counts, CallSite site) {
@@ -869,9 +882,9 @@ AlltoallvResult MpiCommunicator::alltoallv(const Tensor& x, const std::vector<st
   const FlatExchange exchanged = exchange_pieces(pieces, OpKind::alltoallv, "alltoallv", &row_shape, PieceOptions());
   AlltoallvResult result;
   std::int64_t received = 0;
-  for (const Shape& shape : exchanged.shapes) {
-    result.recv_counts.push_back(shape[0]);
-    received += shape[0];
+  for (const Header& header : exchanged.headers) {
+    result.recv_counts.push_back(header.shape[0]);
+    received += header.shape[0];
   }
   row_shape.insert(row_shape.begin(), received);
   result.y = exchanged.flat.reshape(row_shape);
@@ -899,7 +912,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const PieceList& 
   std::vector<Tensor> sends;  // transport copies, before the exchange (see run_device_phase)
   if (moves_on_device(xs[0]))
     for (std::size_t r = 0; r < xs.size(); ++r) sends.push_back(transport_copy(xs[r]));
-  const std::vector<Header> all = exchange_headers(
+  std::vector<Header> all = exchange_headers(
       [&](int peer) {
         Header header = collective_header(kind, -1, &xs[peer]);
         header.aux = uniform;
@@ -916,18 +929,18 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const PieceList& 
     TANDEM_FAIL(operation, ": rank ", rank_, " passes a piece of more than ", INT_MAX,
                 " bytes (or of more than ", comm_detail::kMaxDims, " axes), which MPI cannot move in one message");
   }
-  FlatExchange out;
-  std::int64_t numel = 0;
-  out.shapes = piece_shapes(all, numel);
   if (row_shape) check_rows(all, *row_shape, operation);
+  const std::int64_t numel = pieces_numel(all);
   const Device device = xs[0].device();
+  FlatExchange out;
   if (on_device(all)) {
     run_device_phase(operation, [&] {
       out.flat = Tensor({numel}, xs[0].dtype(), transport_device());  // sized by the peers' headers
-      std::vector<Tensor> pieces = split_flat(out.flat, out.shapes);
+      std::vector<Tensor> pieces = split_flat(out.flat, std::vector<Header>(all));
       device_alltoall(sends, pieces);
     });
     out.flat = out.flat.to(device);
+    out.headers = std::move(all);
     return out;
   }
   bool equal = uniform >= 0 && uniform <= INT_MAX;
@@ -958,6 +971,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const PieceList& 
   }
   finish_collective(requests, operation, {send.owner, flat.storage()});
   out.flat = moved_to(std::move(flat), device);
+  out.headers = std::move(all);
   return out;
 }
 
@@ -989,19 +1003,18 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
   // long it is, so the receiver posts its receive as soon as it has the header.
   std::vector<Tensor> host_copies;
   const PieceList hosts = on_host(xs, host_copies);
-  std::vector<MPI_Request> requests;
-  requests.reserve(2 * static_cast<std::size_t>(size_));  // a send and a receive per peer at most
+  std::vector<MPI_Request> requests;  // (none when every piece goes inside its header)
   KeepAlive keep_alive;
   // Small pieces travel inside the headers instead (each receiver takes what each header
   // carries, so the choice is the sender's alone).
-  std::vector<bool> inside(size_, false);
+  RankSet inside(size_);
   std::size_t inside_total = 0;
   for (int peer = 0; peer < size_; ++peer) {
     const std::size_t bytes = hosts[static_cast<std::size_t>(peer)].nbytes();
     if (!inline_collectives_ || peer == rank_ || bytes == 0 || bytes > kInlineCollectiveBytes ||
         inside_total + bytes > kInlineCollectiveTotal)
       continue;
-    inside[peer] = true;
+    inside.add(peer);
     inside_total += bytes;
   }
   InlineData carried;
@@ -1012,7 +1025,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
   KeepAlive offered;
   for (int peer = 0; peer < size_; ++peer) {
     const Tensor& piece = hosts[static_cast<std::size_t>(peer)];
-    if (peer == rank_ || piece.nbytes() == 0 || inside[peer]) continue;
+    if (peer == rank_ || piece.nbytes() == 0 || inside.has(peer)) continue;
     if (offers_memory_to(peer, piece.nbytes())) {
       if (in_memory.empty()) in_memory.assign(size_, false);
       in_memory[peer] = true;
@@ -1033,7 +1046,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
           header.data_flags = comm_detail::kDataEager;
           header.reduce_op = options.reduce_op;
           header.digest = options.digest;
-          if (inside[peer]) header.flags |= comm_detail::kFlagInlinePayload;
+          if (inside.has(peer)) header.flags |= comm_detail::kFlagInlinePayload;
           if (!in_memory.empty() && in_memory[peer]) {
             header.data_flags |= comm_detail::kDataInMemory;
             header.address = reinterpret_cast<std::uint64_t>(hosts[static_cast<std::size_t>(peer)].raw_data());
@@ -1074,8 +1087,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
     await_reads(in_memory, all[rank_].sequence, *reads, requests);
   }
   FlatExchange out;
-  std::int64_t numel = 0;
-  out.shapes = take_piece_shapes(all, numel);  // all's shapes are not read again
+  const std::int64_t numel = pieces_numel(all);
   Tensor flat({numel}, xs[0].dtype());
   char* into = static_cast<char*>(flat.raw_data());
   char* own = nullptr;  // where this rank's piece for itself goes: copied once the receives are posted
@@ -1109,6 +1121,7 @@ MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces_eagerly(const Pie
     }
   }
   out.flat = moved_to(std::move(flat), xs[0].device());
+  out.headers = std::move(all);
   return out;
 }
 

@@ -273,6 +273,8 @@ class MpiCommunicator : public Communicator {
   void wait_all(std::vector<MPI_Request>& requests, const WaitContext& context, KeepAlive keep_alive = {});
   // The same, keep_alive copied into the orphan only when the wait fails (the caller keeps its own).
   void wait_all_keeping(std::vector<MPI_Request>& requests, const WaitContext& context, const KeepAlive& keep_alive);
+  // Whether every request has completed, without running MPI's progress engine when they have.
+  static bool all_complete(std::vector<MPI_Request>& requests);
   // Completes what failed waits set aside, as far as it has arrived.
   void reap_orphans();
   // Called now and then while waiting on a peer: throws when the wait can never end.
@@ -329,11 +331,12 @@ class MpiCommunicator : public Communicator {
   // per peer), receives every peer's, and checks that they describe the same collective.
   // Returns the headers indexed by rank, this rank's own (header_for(rank)) included.
   // alltoall's exchange: xs[j] (one dtype, one kind) goes to rank j; what arrives, in rank
-  // order, lies back to back in `flat` (on xs[0]'s device), shapes[r] being rank r's piece.
+  // order, lies back to back in `flat` (on xs[0]'s device), headers[r].shape being rank r's
+  // piece (the exchange's headers, kept: no list of shapes to allocate).
   // row_shape (alltoallv): every piece must be rows of this shape, on every rank.
   struct FlatExchange {
     Tensor flat;
-    std::vector<Shape> shapes;
+    std::vector<comm_detail::MessageHeader> headers;
   };
   // What allgather and allreduce add to the pieces' headers when they exchange their tensors so.
   struct PieceOptions {
@@ -360,6 +363,8 @@ class MpiCommunicator : public Communicator {
     // Where a message's room goes back when the collective is done with it (the communicator's
     // spare_received_, set by exchange_headers): the next message lands there.
     std::vector<char>* spare = nullptr;
+    // And where the list goes back (the communicator's spare_arrived_): the next one is in it.
+    std::vector<Arrived>* spare_list = nullptr;
     InlineData() = default;
     InlineData(const InlineData&) = delete;
     InlineData& operator=(const InlineData&) = delete;
@@ -367,6 +372,8 @@ class MpiCommunicator : public Communicator {
       if (!spare) return;
       for (Arrived& a : arrived)
         if (a.message.capacity() > spare->capacity()) *spare = std::move(a.message);
+      arrived.clear();
+      if (arrived.capacity() > spare_list->capacity()) *spare_list = std::move(arrived);
     }
   };
   // same_for_all: header_for gives this header to every peer (then finished once, not per peer).
@@ -572,6 +579,8 @@ class MpiCommunicator : public Communicator {
   KeepAlive spare_send_keep_alive_;
   // A received message's bytes, once read (recv_message, take_header): the next one's room.
   std::vector<char> spare_received_;
+  // The last small collective's list of arrived messages (InlineData), emptied: its capacity.
+  std::vector<InlineData::Arrived> spare_arrived_;
   // Sends posted by isend, oldest first, completed in order.
   struct PendingSend {
     std::vector<MPI_Request> requests;

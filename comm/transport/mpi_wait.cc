@@ -122,6 +122,14 @@ void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitCon
 
 void MpiCommunicator::wait_all_keeping(std::vector<MPI_Request>& requests, const WaitContext& context,
                                        const KeepAlive& keep_alive) {
+  // Sends of small messages have usually completed by the time they are waited for (the
+  // peer's message came in meanwhile). MPI_Testall would still run MPI's progress engine (650
+  // instructions at 2 ranks against 400, on the critical path of every small collective); asking each
+  // request's status does not when it is complete, and MPI_Waitall then only frees them.
+  if (all_complete(requests)) {
+    check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    return;
+  }
   Poller poller(timeout_seconds_);
   try {
     for (;;) {
@@ -139,6 +147,16 @@ void MpiCommunicator::wait_all_keeping(std::vector<MPI_Request>& requests, const
     orphans_.push_back(Orphan{requests, keep_alive});
     throw;
   }
+}
+
+bool MpiCommunicator::all_complete(std::vector<MPI_Request>& requests) {
+  for (MPI_Request& request : requests) {
+    if (request == MPI_REQUEST_NULL) continue;
+    int complete = 0;
+    check_mpi(MPI_Request_get_status(request, &complete, MPI_STATUS_IGNORE), "MPI_Request_get_status");
+    if (!complete) return false;
+  }
+  return true;
 }
 
 void MpiCommunicator::reap_orphans() {
