@@ -14,6 +14,7 @@ PACKAGES=(
   nlohmann-json3-dev  # JSON: the training log, the multi-node snapshot manifest
   libcli11-dev  # the trainers' command-line flags
   libopenblas0-openmp  # fp32/fp64 GEMM (core/cpu/matmul.cc), the OpenMP build of OpenBLAS
+  libtcmalloc-minimal4  # malloc and new for tandem's programs (core/BUILD.bazel)
   libdnnl-dev  # oneDNN: JIT GEMM and convolutions (core/cpu/gemm_choice.h, core/cpu/onednn_conv.cc)
   graphviz  # dump_graph (autograd/graph_dump.h): the SVG beside each DOT graph
   iproute2  # scripts/sim_hosts.sh: network namespaces, veth pairs, a bridge, tc (tests/comm:hosts_test)
