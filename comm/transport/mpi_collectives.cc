@@ -352,7 +352,8 @@ std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, 
                         comm_, &requests.back()),
               "MPI_Isend");
   }
-  all.assign(size_, Header());
+  all.clear();
+  all.resize(static_cast<std::size_t>(size_));  // (built in place: no temporary copied size_ times)
   all[rank_] = same_for_all ? std::move(own) : finish(header_for(rank_));
   {
     const Header& h = all[rank_];
