@@ -218,6 +218,8 @@ run_tandem() {
 run_tandem_suite() {
   wants mlp conv lstm && run_tandem train_step "$BIN/bench/train_step_bench"
   wants gemm && run_tandem gemm "$BIN/bench/gemm_bench"
+  # What a core really retires in multiply-adds, beside the products' rates (the targets' notes).
+  wants gemm mlp && run_tandem fma_peak "$BIN/bench/fma_peak_bench"
   wants p2p coll && run_tandem comm "$MPIEXEC" -n 2 "$BIN/bench/comm_bench"
   # One thread per rank: 2 ranks on 2 cores, as the LibTorch + MPICH reference.
   wants mp dp && run_tandem mlp_parallel env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/mlp_parallel_bench"
@@ -342,6 +344,16 @@ function mem_row(target, refname, tline, rline, limit,   t, r, ratio, ok, lim, n
          limit < 0 ? "-" : ok ? "PASS" : "MISS", note
   if (limit < 0) info++; else if (ok) pass++; else miss++
 }
+# The GFLOP/s of a line and of its reference against the FMA peak measured in the sitting
+# (bench/fma_peak_bench.cc, at the thread count of the line), and the share of that peak which
+# the target asks of tandem: a time ratio `limit` needs the rate of the reference / limit.
+function fma_note(tline, rline, limit,   th, peak, tg, rg) {
+  th = val(tline, "threads"); peak = val(tandem["cpu.fma_peak.t" th], "gflops") + 0
+  tg = val(tline, "gflops") + 0; rg = val(rline, "gflops") + 0
+  if (peak <= 0 || tg <= 0 || rg <= 0) return ""
+  return sprintf("%.0f%% / %.0f%% of the FMA peak (%.0f GFLOP/s), %.2f needs %.0f%%", 100 * tg / peak,
+                 100 * rg / peak, peak, limit, 100 * rg / limit / peak)
+}
 FNR == 1 { f++ }
 /^name=/ {
   name = val($0, "name")
@@ -357,7 +369,10 @@ END {
             "lstm.fixed.train.adam.t1 lstm.fixed.train.adam.t2 lstm.packed.train.adam.t1 " \
             "lstm.packed.train.adam.t2 seq2seq.train.adam.t1 seq2seq.train.adam.t2 " \
             "lm.train.adam.t1 lm.train.adam.t2", ids, " ")
-  for (i = 1; i <= n; i++) row(ids[i], "LibTorch", tandem[ids[i]], anchor[ids[i]], 0.8, 0, "")
+  # The MLP is dense products and little else: its notes put both rates against the FMA peak.
+  for (i = 1; i <= n; i++)
+    row(ids[i], "LibTorch", tandem[ids[i]], anchor[ids[i]], 0.8, 0,
+        index(ids[i], "mlp.") == 1 ? fma_note(tandem[ids[i]], anchor[ids[i]], 0.8) : "")
   # GEMM: GFLOP/s >= 0.95 x the best SGEMM measured, i.e. time <= best time / 0.95.
   n = split("n1024.t1 n1024.t2 n4096.t2", ids, " ")
   split("openblas torch eigen", libs, " ")
@@ -369,6 +384,7 @@ END {
     }
     t = tandem["gemm." ids[i]]
     extra = (t != "" && best != "") ? sprintf("%s vs %s GFLOP/s", val(t, "gflops"), val(best, "gflops")) : ""
+    if (extra != "" && fma_note(t, best, 1 / 0.95) != "") extra = extra "; " fma_note(t, best, 1 / 0.95)
     row("gemm." ids[i], "best SGEMM" (bestlib == "" ? "" : " (" bestlib ")"), t, best, 1 / 0.95, 0, extra)
   }
   # Communication, against raw MPI of the same run: the communicator (mpi.) and F::send/recv (fn.).
