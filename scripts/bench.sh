@@ -346,10 +346,13 @@ function mem_row(target, refname, tline, rline, limit,   t, r, ratio, ok, lim, n
 }
 # The GFLOP/s of a line and of its reference against the FMA peak measured in the sitting
 # (bench/fma_peak_bench.cc, at the thread count of the line), and the share of that peak which
-# the target asks of tandem: a time ratio `limit` needs the rate of the reference / limit.
-function fma_note(tline, rline, limit,   th, peak, tg, rg) {
+# the target asks of tandem: a time ratio `limit` needs the rate of the reference / limit. The
+# rates are of the products the step computes: gflops= times product_share= where the line gives
+# one (the MLP training steps: gflops= counts 3 forwards, the products are 85% of that).
+function fma_note(tline, rline, limit,   th, peak, tg, rg, share) {
   th = val(tline, "threads"); peak = val(tandem["cpu.fma_peak.t" th], "gflops") + 0
-  tg = val(tline, "gflops") + 0; rg = val(rline, "gflops") + 0
+  share = val(tline, "product_share"); share = share == "" ? 1 : share + 0
+  tg = share * val(tline, "gflops"); rg = share * val(rline, "gflops")
   if (peak <= 0 || tg <= 0 || rg <= 0) return ""
   return sprintf("%.0f%% / %.0f%% of the FMA peak (%.0f GFLOP/s), %.2f needs %.0f%%", 100 * tg / peak,
                  100 * rg / peak, peak, limit, 100 * rg / limit / peak)
