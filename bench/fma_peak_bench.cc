@@ -40,8 +40,13 @@ constexpr const char* kIsa = "avx2";
 inline Vec splat(float x) { return _mm256_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline float first(Vec a) { return _mm256_cvtss_f32(a); }
-#else
-#error "fma_peak_bench needs FMA (the build's -march=native on an x86-64 with FMA3)"
+#else  // no FMA3 in the build (a processor from before 2013): a multiply and an add, SSE's width
+using Vec = __m128;
+constexpr int kLanes = 4;
+constexpr const char* kIsa = "sse-mul-add";
+inline Vec splat(float x) { return _mm_set1_ps(x); }
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+inline float first(Vec a) { return _mm_cvtss_f32(a); }
 #endif
 
 // Ten chains: enough to cover a 4-cycle FMA latency on two units with room to spare, few enough
