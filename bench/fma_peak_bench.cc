@@ -14,7 +14,9 @@
 // counts (the peak, not a typical rate: the machine's noise only lowers it).
 //
 //   bazel run -c opt //bench:fma_peak_bench      BENCH_SCALE=0.3: 3 rounds
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +42,14 @@ constexpr const char* kIsa = "avx2";
 inline Vec splat(float x) { return _mm256_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline float first(Vec a) { return _mm256_cvtss_f32(a); }
+#elif !defined(__x86_64__) && !defined(__i386__)  // another architecture: GCC's vectors, a * b + c
+// (contracted to its fused multiply-add where it has one), 4 lanes
+using Vec = float __attribute__((vector_size(16)));
+constexpr int kLanes = 4;
+constexpr const char* kIsa = "generic";
+inline Vec splat(float x) { return Vec{x, x, x, x}; }
+inline Vec fma(Vec a, Vec b, Vec c) { return a * b + c; }
+inline float first(Vec a) { return a[0]; }
 #else  // no FMA3 in the build (a processor from before 2013): a multiply and an add, SSE's width
 using Vec = __m128;
 constexpr int kLanes = 4;
@@ -47,6 +57,16 @@ constexpr const char* kIsa = "sse-mul-add";
 inline Vec splat(float x) { return _mm_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
 inline float first(Vec a) { return _mm_cvtss_f32(a); }
+#endif
+
+// An asm operand that keeps a vector in a vector register (x86: "v", AArch64: "w"; elsewhere in
+// memory, which costs a store and a load a step: a floor, not the peak).
+#if defined(__x86_64__) || defined(__i386__)
+#define KEEP(v) "+v"(v)
+#elif defined(__aarch64__)
+#define KEEP(v) "+w"(v)
+#else
+#define KEEP(v) "+m"(v)
 #endif
 
 // Ten chains: enough to cover a 4-cycle FMA latency on two units with room to spare, few enough
@@ -57,8 +77,8 @@ float run_chains(long steps, float seed) {
   for (long i = 0; i < steps; ++i) {
     a0 = fma(a0, b, c), a1 = fma(a1, b, c), a2 = fma(a2, b, c), a3 = fma(a3, b, c), a4 = fma(a4, b, c);
     a5 = fma(a5, b, c), a6 = fma(a6, b, c), a7 = fma(a7, b, c), a8 = fma(a8, b, c), a9 = fma(a9, b, c);
-    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7),
-                     "+v"(a8), "+v"(a9));
+    __asm__ volatile("" : KEEP(a0), KEEP(a1), KEEP(a2), KEEP(a3), KEEP(a4), KEEP(a5), KEEP(a6), KEEP(a7),
+                     KEEP(a8), KEEP(a9));
   }
   return first(a0) + first(a5) + first(a9);
 }
