@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 
 namespace tandem {
 
@@ -16,6 +17,12 @@ class Generator {
   double normal(double mean, double stddev) { return std::normal_distribution<double>(mean, stddev)(engine_); }
   double uniform(double low, double high) { return std::uniform_real_distribution<double>(low, high)(engine_); }
   std::uint64_t next() { return engine_(); }
+
+  // The stream's whole state as text (the engine's standard form), and back: a snapshot keeps it
+  // so that a resumed run draws what the uninterrupted one would have drawn. A text that is not
+  // such a state is an error.
+  std::string state() const;
+  void set_state(const std::string& text);
 
  private:
   std::mt19937_64 engine_;

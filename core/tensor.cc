@@ -378,4 +378,18 @@ Generator& global_generator() {
 
 void manual_seed(std::uint64_t seed) { global_generator().seed(seed); }
 
+std::string Generator::state() const {
+  std::ostringstream out;
+  out << engine_;
+  return out.str();
+}
+
+void Generator::set_state(const std::string& text) {
+  std::istringstream in(text);
+  std::mt19937_64 engine;
+  in >> engine;
+  TANDEM_CHECK(!in.fail(), "Generator::set_state: not the state of a generator (", text.size(), " characters)");
+  engine_ = engine;
+}
+
 }  // namespace tandem

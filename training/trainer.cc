@@ -10,7 +10,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/kernel_choices.h"
 #include "core/ops.h"
+#include "core/random.h"
 #include "core/timeline.h"
 #include "layers/serializers/serializers.h"
 
@@ -30,6 +32,10 @@ void make_directories(const std::string& path) {
 }
 
 Tensor scalar_i64(std::int64_t v) { return full({}, static_cast<double>(v), DType::i64); }
+
+bool has_entry(const NamedTensors& entries, const std::string& name) {
+  return std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.first == name; });
+}
 
 const Tensor& entry(const NamedTensors& entries, const std::string& name, const std::string& path) {
   for (const auto& e : entries)
@@ -128,9 +134,16 @@ void Trainer::save_snapshot(const std::string& path) const {
   entries.emplace_back("iterator/rng", string_to_tensor(it.rng));
   entries.emplace_back("trainer/iteration", scalar_i64(updater_->iteration()));
   entries.emplace_back("trainer/elapsed_time", full({}, elapsed_seconds(), DType::f64));
+  // The default random stream (dropout, initialisers of layers built later), and the kernels
+  // this run computed with (core/kernel_choices.h): a resumed run draws and rounds alike.
+  entries.emplace_back("trainer/random_state", string_to_tensor(global_generator().state()));
+  entries.emplace_back("trainer/kernel_choices", string_to_tensor(kernel_choices_text()));
   for (const auto& e : extensions_)
     for (auto& s : with_prefix(e.extension->state(), "extensions/" + e.extension->name())) entries.push_back(s);
   write_npz(path, entries);
+  // What the kernels keep from product to product (packed copies of weights) starts again here,
+  // as it does in a run resumed from this snapshot.
+  forget_kernel_history();
 }
 
 void Trainer::load_snapshot(const std::string& path) {
@@ -149,6 +162,12 @@ void Trainer::load_snapshot(const std::string& path) {
   updater_->iterator().restore(it);
   updater_->set_iteration(counter(entries, "trainer/iteration", path));
   elapsed_before_ = entry(entries, "trainer/elapsed_time", path).item();
+  // Snapshots written before these entries existed resume without them.
+  if (has_entry(entries, "trainer/random_state"))
+    global_generator().set_state(tensor_to_string(entry(entries, "trainer/random_state", path)));
+  if (has_entry(entries, "trainer/kernel_choices"))
+    pin_kernel_choices(tensor_to_string(entry(entries, "trainer/kernel_choices", path)));
+  forget_kernel_history();
   for (auto& e : extensions_) e.extension->restore(with_prefix_removed(entries, "extensions/" + e.extension->name()));
 }
 

@@ -279,10 +279,12 @@ ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int6
   const double flops = 2.0 * double(g.batch) * double(out_channels) * double(g.channels / groups) *
                        double(g.kernel_h * g.kernel_w) * double(g.out_h * g.out_w);
   const int rounds = flops >= 4e9 ? 1 : 3;
+  // Without timing (TANDEM_KERNEL_TUNING=fixed): oneDNN where it applies, else im2col.
+  const std::size_t fixed = kernels.size() > 1 && kernels[1] == ConvKernel::onednn ? 1 : 0;
   const std::size_t chosen = cpu::measured_choice(
       key, names,
       [&] { return cpu::time_interleaved(kernels.size(), [&](std::size_t i) { run(kernels[i]); }, rounds, 1); },
-      flops, "");
+      flops, "", nullptr, fixed);
   return kernels[chosen];
 }
 

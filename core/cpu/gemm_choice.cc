@@ -11,6 +11,7 @@
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "core/kernel_choices.h"
 
 namespace tandem {
 namespace cpu {
@@ -95,8 +96,11 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
     if (b != fallback && gemm_backend_supports<T>(b)) candidates.push_back(b);
   }
   if (candidates.size() < 2 || m * n * k < kTimedFrom) return fallback;
-  // Per thread and dtype (a static of this instantiation): no lock, nothing shared.
+  // Per thread and dtype (a static of this instantiation): no lock, nothing shared; started
+  // again when a resumed snapshot pins its run's choices.
   thread_local std::unordered_map<std::uint64_t, GemmBackend> memo;
+  thread_local unsigned memo_generation = 0;
+  if (memo_generation != kernel_choices_generation()) memo.clear(), memo_generation = kernel_choices_generation();
   const std::uint64_t code = gemm_class_code(m, n, k, ta, tb);
   if (const auto it = memo.find(code); it != memo.end()) return it->second;
 

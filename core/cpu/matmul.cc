@@ -15,6 +15,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "core/kernel_choices.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -70,6 +71,8 @@ template <typename T>
 bool split_measured_faster(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
   if (cpu::gemm_backend_forced()) return true;
   thread_local std::unordered_map<std::uint64_t, bool> memo;  // as in gemm_backend_for
+  thread_local unsigned memo_generation = 0;
+  if (memo_generation != kernel_choices_generation()) memo.clear(), memo_generation = kernel_choices_generation();
   const std::uint64_t code = cpu::gemm_class_code(m, n, k, ta, tb);
   if (const auto it = memo.find(code); it != memo.end()) return it->second;
   auto measure = [&] {

@@ -21,6 +21,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/kernel_choices.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -265,6 +266,9 @@ void run_packed(const Product& p, const float* a, const memory::desc& a_md, cons
 }
 
 constexpr std::int64_t kNever = 1 << 30;
+// The break-even without timing (TANDEM_KERNEL_TUNING=fixed): a copy made for a weight that serves
+// at least this many products of one version (inference batches, a pipeline's microbatches).
+constexpr std::int64_t kFixedBreakEven = 4;
 
 // How many products a packed copy must serve to pay for its packing, for this product's class:
 // measured on a product of this shape (synthetic data) as packing + n packed products against
@@ -325,7 +329,8 @@ std::int64_t break_even(std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
         }
         return std::make_pair(uses >= kNever || uses > 100000 ? std::string("never") : std::to_string(uses),
                               std::string(figures));
-      });
+      },
+      std::to_string(kFixedBreakEven));
   if (word.empty() || word == "never") return kNever;  // "": a worker of a region being measured
   return std::strtoll(word.c_str(), nullptr, 10);
 }
@@ -451,7 +456,15 @@ void clear_packed_weights() {
   cc.bytes = cc.packs = cc.packed_products = 0;
 }
 
-#else  // no oneDNN in this build: every product runs plain
+#endif
+
+}  // namespace cpu
+
+void forget_kernel_history() { cpu::clear_packed_weights(); }
+
+namespace cpu {
+
+#ifndef TANDEM_HAS_DNNL  // no oneDNN in this build: every product runs plain
 
 bool gemm_packed_rhs(const float*, const Tensor&, float*, std::int64_t, std::int64_t, std::int64_t, bool, bool, bool,
                      PlainProduct) {

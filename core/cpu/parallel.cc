@@ -1,6 +1,7 @@
 #include "core/cpu/parallel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 
 #include "core/cpu/measured_choice.h"
 #include "core/error.h"
+#include "core/kernel_choices.h"
 
 namespace tandem {
 namespace cpu {
@@ -20,6 +22,9 @@ namespace {
 // sleeping OpenMP thread costs on bare metal (and what a spinning team costs even less than).
 constexpr double kGrainWakeMicros = 4.0;
 constexpr std::int64_t kMaxGrainScale = 64;
+// The scale without timing (TANDEM_KERNEL_TUNING=fixed): a team woken from sleep in tens of
+// microseconds, as on the virtual machines tandem is developed on.
+constexpr std::int64_t kFixedGrainScale = 16;
 
 // The median time of an empty region on `threads` threads, in microseconds: each region wakes the
 // team that the previous one left (asleep under OMP_WAIT_POLICY=PASSIVE, spinning otherwise).
@@ -60,7 +65,8 @@ std::int64_t measure_grain_scale() {
         char figures[64];
         std::snprintf(figures, sizeof figures, "empty_region=%.1fus", micros);
         return std::make_pair(std::to_string(scale), std::string(figures));
-      });
+      },
+      std::to_string(kFixedGrainScale));
   return std::strtoll(word.c_str(), nullptr, 10);
 }
 
@@ -75,8 +81,17 @@ std::int64_t grain_scale() {
                  "TANDEM_GRAIN_SCALE=", env, ": expected a power of two from 1 to ", kMaxGrainScale);
     return v;
   }
-  static const std::int64_t measured = measure_grain_scale();
-  return measured;
+  // Asked again only when a resumed snapshot pinned its run's choices.
+  static std::atomic<std::int64_t> scale{0};
+  static std::atomic<unsigned> scale_generation{0};
+  const unsigned generation = kernel_choices_generation();
+  std::int64_t s = scale.load(std::memory_order_acquire);
+  if (s == 0 || scale_generation.load(std::memory_order_relaxed) != generation) {
+    s = measure_grain_scale();
+    scale_generation.store(generation, std::memory_order_relaxed);
+    scale.store(s, std::memory_order_release);
+  }
+  return s;
 }
 
 }  // namespace cpu

@@ -4,7 +4,8 @@
 # written once, and every process computes with the same library. A later process reads them.
 set -uo pipefail
 probe="tests/core/gemm_choice_probe"
-export TANDEM_CACHE_DIR="$TEST_TMPDIR/cache" OMP_NUM_THREADS=1
+# The measured mode (core/kernel_choices.h), its timings kept though other tests run beside this one.
+export TANDEM_CACHE_DIR="$TEST_TMPDIR/cache" OMP_NUM_THREADS=1 TANDEM_KERNEL_TUNING=measure TANDEM_KERNEL_TIMING_UNDER_LOAD=keep
 for i in 1 2 3 4; do "$probe" > "$TEST_TMPDIR/p$i.txt" & done
 wait
 for i in 2 3 4; do

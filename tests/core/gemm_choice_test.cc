@@ -17,6 +17,7 @@
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "core/kernel_choices.h"
 #include "core/ops.h"
 #include "core/threads.h"
 #include "tests/core/test_util.h"
@@ -35,6 +36,9 @@ std::string choice_dir() {
   return std::string(tmp ? tmp : "/tmp") + "/gemm-choice-test";
 }
 const bool choice_dir_set = (::setenv("TANDEM_CACHE_DIR", choice_dir().c_str(), 1), true);
+// What is tested here is the measured mode (TANDEM_KERNEL_TUNING=measure) and its file; the test
+// runs beside others, whose load must not keep its measurements out of the file.
+const bool measuring = (set_kernel_tuning(KernelTuning::kMeasure), keep_measurements_under_load(true), true);
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 g(seed);
@@ -141,6 +145,7 @@ TEST_CASE("the choice is measured once per shape class, kept in the machine's fi
   // Bazel gives each test its own HOME (TEST_TMPDIR); TANDEM_CACHE_DIR points elsewhere on purpose
   // (set before the first test case: choice_dir_set).
   REQUIRE(choice_dir_set);
+  REQUIRE(measuring);
   const std::string dir = choice_dir();
   ::unsetenv("TANDEM_GEMM");
   const std::string path = measured_choice_file();

@@ -10,6 +10,7 @@
 
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/parallel.h"
+#include "core/kernel_choices.h"
 #include "core/threads.h"
 
 using namespace tandem;
@@ -33,6 +34,8 @@ TEST_CASE("the grain scale is measured once, kept in the machine's file, and spl
   const std::string dir = std::string(tmp ? tmp : "/tmp") + "/parallel-grain-test";
   ::setenv("TANDEM_CACHE_DIR", dir.c_str(), 1);
   ::unsetenv("TANDEM_GRAIN_SCALE");
+  set_kernel_tuning(KernelTuning::kMeasure);  // the measured mode and its file (core/kernel_choices.h)
+  cpu::keep_measurements_under_load(true);     // beside other tests
   const int threads_before = max_threads();
   set_max_threads(2);
   if (cpu::max_chunks() < 2) {

@@ -210,3 +210,15 @@ TEST_CASE("philox_uniform errors", "[random][philox][errors]") {
   REQUIRE_THROWS_WITH(philox_uniform({2}, g, 0, 1, DType::i32), Catch::Contains("philox_uniform: needs a floating dtype"));
   REQUIRE(philox_uniform({0, 3}, g).numel() == 0);
 }
+
+TEST_CASE("a generator's state round-trips through text, and bad text is an error", "[choices]") {
+  Generator g(7);
+  g.next();
+  const std::string state = g.state();
+  const std::uint64_t a = g.next(), b = g.next();
+  Generator h(1);
+  h.set_state(state);
+  CHECK(h.next() == a);
+  CHECK(h.next() == b);
+  CHECK_THROWS_WITH(h.set_state("not a state"), Contains("Generator::set_state"));
+}
