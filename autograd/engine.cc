@@ -6,6 +6,7 @@
 
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
+#include "autograd/tensor_observer.h"
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
 #include "core/ops/elementwise.h"
@@ -123,6 +124,7 @@ class BackwardEngine {
     if (!options_.retain_graph) function.release_saved();
 
     if (check_finite_enabled()) check_gradients_finite(function, grad_outputs, grad_inputs);
+    if (TensorObserver* observer = tensor_observer()) observer->backward_done(function, grad_inputs);
 
     const auto& inputs = function.inputs();
     TANDEM_CHECK(grad_inputs.size() == inputs.size(), "backward: ", function.name(), " returned ", grad_inputs.size(),

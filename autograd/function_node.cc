@@ -4,6 +4,7 @@
 
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
+#include "autograd/tensor_observer.h"
 #include "autograd/grad_mode.h"
 #include "core/timeline.h"
 
@@ -71,6 +72,7 @@ Variables FunctionNode::apply(const Variables& inputs) {
     output_data = forward(input_data);
   }
   if (check_finite_enabled()) check_outputs_finite(name(), input_data, output_data);
+  if (TensorObserver* observer = tensor_observer()) observer->forward_done(*this, inputs, output_data);
 
   Variables outputs;
   outputs.reserve(output_data.size());

@@ -46,8 +46,10 @@ void pin_kernel_choices(const std::string& text);
 unsigned kernel_choices_generation();
 
 // Drops what the kernels keep from product to product (packed copies of weights and the counts
-// that decide them), so that what follows computes as in a fresh process: the trainer calls it
-// when it saves or loads a snapshot, so that a resumed run and the run it continues agree.
+// that decide them), so that what follows computes as in a fresh process: StandardUpdater calls it
+// at the start of every step, so that a step rounds alike whatever ran before it (an evaluation,
+// a snapshot, a resume at any iteration). Copies still pay within a step (a pipeline's
+// microbatches, an LSTM's time steps) and within an evaluation.
 void forget_kernel_history();
 
 }  // namespace tandem

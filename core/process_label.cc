@@ -1,5 +1,6 @@
 #include "core/process_label.h"
 
+#include <cstdlib>
 #include <mutex>
 
 namespace tandem {
@@ -20,6 +21,12 @@ void set_process_label(std::string text) {
 std::string process_where() {
   std::lock_guard<std::mutex> lock(label_mutex);
   return label().empty() ? "" : " on " + label();
+}
+
+int launcher_rank() {
+  for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  return 0;
 }
 
 }  // namespace tandem

@@ -11,4 +11,8 @@ void set_process_label(std::string label);
 // " on rank R of N", or "" without a label.
 std::string process_where();
 
+// This process's rank as its launcher numbered it (MPICH's PMI_RANK, Open MPI's
+// OMPI_COMM_WORLD_RANK), 0 without one: known before any communicator exists.
+int launcher_rank();
+
 }  // namespace tandem

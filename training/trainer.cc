@@ -12,6 +12,7 @@
 
 #include "core/kernel_choices.h"
 #include "core/ops.h"
+#include "core/process_label.h"
 #include "core/random.h"
 #include "core/timeline.h"
 #include "layers/serializers/serializers.h"
@@ -141,9 +142,6 @@ void Trainer::save_snapshot(const std::string& path) const {
   for (const auto& e : extensions_)
     for (auto& s : with_prefix(e.extension->state(), "extensions/" + e.extension->name())) entries.push_back(s);
   write_npz(path, entries);
-  // What the kernels keep from product to product (packed copies of weights) starts again here,
-  // as it does in a run resumed from this snapshot.
-  forget_kernel_history();
 }
 
 void Trainer::load_snapshot(const std::string& path) {
@@ -167,7 +165,6 @@ void Trainer::load_snapshot(const std::string& path) {
     global_generator().set_state(tensor_to_string(entry(entries, "trainer/random_state", path)));
   if (has_entry(entries, "trainer/kernel_choices"))
     pin_kernel_choices(tensor_to_string(entry(entries, "trainer/kernel_choices", path)));
-  forget_kernel_history();
   for (auto& e : extensions_) e.extension->restore(with_prefix_removed(entries, "extensions/" + e.extension->name()));
 }
 
@@ -180,14 +177,6 @@ struct FaultPlan {
   std::string point = "update";
   std::string action = "throw";
 };
-
-// The launcher's rank of this process: the Trainer knows nothing of MPI, and the plan must not
-// depend on a communicator existing.
-int launcher_rank() {
-  for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK"})
-    if (const char* value = std::getenv(name)) return std::atoi(value);
-  return 0;
-}
 
 FaultPlan parse_fault_plan(const std::string& text) {
   FaultPlan plan;

@@ -1,8 +1,11 @@
 #include "training/updater.h"
 
+#include <cstdlib>
 #include <optional>
 
 #include "autograd/backward_observer.h"
+#include "core/kernel_choices.h"
+#include "core/process_label.h"
 
 namespace tandem {
 
@@ -28,6 +31,11 @@ StandardUpdater::StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared
                                  LossFunction loss)
     : iterator_(std::move(iterator)), optimizer_(std::move(optimizer)), loss_(std::move(loss)) {
   TANDEM_CHECK(iterator_ && optimizer_ && loss_, "StandardUpdater: iterator, optimizer and loss function are required");
+  if (const char* dir = std::getenv("TANDEM_DIGESTS"); dir != nullptr && *dir != 0) record_digests(dir);
+}
+
+void StandardUpdater::record_digests(const std::string& dir) {
+  digests_ = dir.empty() ? nullptr : std::make_shared<DigestRecorder>(dir, launcher_rank());
 }
 
 void StandardUpdater::set_accumulation(int k) {
@@ -39,6 +47,11 @@ Observation StandardUpdater::update() {
   // Optimizer::update(lossfun), with the backward left out when the loss function ran it.
   optimizer_->target()->cleargrads();
   last_loss_ = Variable();  // the last step's graph goes before this step's is built
+  // Each step's kernels start from nothing they kept (packed copies of weights and the counts that
+  // decide them, core/kernel_choices.h): a step rounds alike whatever ran before it (an
+  // evaluation, a snapshot, a resume), so a resumed run equals the one it continues.
+  forget_kernel_history();
+  if (digests_) digests_->begin_step(iteration_ + 1, *optimizer_->target());
   Observation reported;
   double loss_sum = 0;
   bool scalar_loss = false;
@@ -73,6 +86,7 @@ Observation StandardUpdater::update() {
   }
   Observation observation = reported;
   if (scalar_loss) observation["main/loss"] = loss_sum / accumulation_;
+  if (digests_) digests_->end_step(*optimizer_->target());
   optimizer_->update();
   if (new_epoch) optimizer_->new_epoch();
   ++iteration_;

@@ -12,6 +12,7 @@
 #include "autograd/variable.h"
 #include "data/iterator.h"
 #include "layers/optimizers/optimizer.h"
+#include "training/digests.h"
 
 namespace tandem {
 
@@ -69,6 +70,11 @@ class StandardUpdater {
   Optimizer& optimizer() { return *optimizer_; }
   void set_iteration(std::int64_t iteration) { iteration_ = iteration; }
 
+  // Records a digest of every parameter, activation and gradient of every step from now on, to
+  // <dir>/digests.rank<R>.tsv (training/digests.h); TANDEM_DIGESTS=<dir> sets it for every
+  // updater. "" stops.
+  void record_digests(const std::string& dir);
+
  private:
   std::shared_ptr<Iterator> iterator_;
   std::shared_ptr<Optimizer> optimizer_;
@@ -77,6 +83,7 @@ class StandardUpdater {
   std::int64_t last_batch_size_ = 0;
   Variable last_loss_;
   int accumulation_ = 1;
+  std::shared_ptr<DigestRecorder> digests_;
 };
 
 // The loss function for a Classifier-like model with batches {x, t}: what

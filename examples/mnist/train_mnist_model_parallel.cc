@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
                                "directory for the log and snapshots (rank 1 writes to <out>/rank1)",
                                "'latest': continue from the newest snapshot that both ranks completed");
   flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
+  flags.add_int("snapshot-interval", 0, "iterations between snapshots (0: one at the end of every epoch)");
   examples::add_communicator_flag(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_model_parallel", {"batchsize", "epoch", "unit"});
@@ -100,7 +101,11 @@ int main(int argc, char** argv) {
                 static_cast<long long>(test->size()), units, batchsize, epochs);
     examples::extend_with_report(trainer);
   }
-  trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
+  const long long snapshot_interval = flags.get_int("snapshot-interval");
+  TANDEM_CHECK(snapshot_interval >= 0, "train_mnist_model_parallel: --snapshot-interval must be 0 or more, not ",
+               snapshot_interval);
+  trainer.extend(create_multi_node_snapshot_writer(comm),
+                 snapshot_interval > 0 ? Trigger::iterations(snapshot_interval) : Trigger::epochs(1));
   trainer.extend(create_multi_node_dump_graph(comm));  // both ranks' graphs in rank 0's out/cg.dot (and cg.svg)
   examples::resume(trainer, *comm, flags, "train_mnist_model_parallel");
   trainer.run();

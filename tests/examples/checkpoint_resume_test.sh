@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Checkpoint/resume across ranks loses nothing: train_mnist_model_parallel is killed (SIGKILL)
 # mid-run, `--resume latest` continues from the newest snapshot that both ranks completed (the
-# manifest, comm/training/multi_node_snapshot.h), and the resumed run's per-epoch losses and
-# final accuracy match an uninterrupted run's with the same seed.
+# manifest, comm/training/multi_node_snapshot.h), and the resumed run equals an uninterrupted run
+# with the same seed bit for bit: its per-epoch log, its final metrics and (where both runs wrote
+# it) its last snapshot's parameters and optimizer state.
 #   1. rank 1 dies right after writing its epoch-2 snapshot, before the ranks agree on it
 #      (TANDEM_FAULT_INJECT, training/trainer.h): its newer file is ignored, the run resumes
 #      from epoch 1;
 #   2. rank 0 dies mid epoch 3: the run resumes from epoch 2;
-#   3. this script SIGKILLs rank 1 from outside at whatever point epoch 2 or 3 has reached.
+#   3. this script SIGKILLs rank 1 from outside at whatever point epoch 2 or 3 has reached;
+#   4. snapshots mid-epoch (--snapshot-interval): rank 0 dies mid epoch 2 and the run resumes
+#      from the middle of the epoch (the iterator's position and order, the random streams).
 set -uo pipefail
 bin="examples/mnist/train_mnist_model_parallel"
 # 60000 examples: 120 steps of 500 an epoch. Under the sanitizers (TANDEM_TEST_SHORT=1, .bazelrc's
@@ -34,26 +37,18 @@ expect_crash() {  # expect_crash NAME [mpi args...]
 }
 
 # Resumes OUT to epoch 3 from iteration FROM and compares it with the uninterrupted run.
-resume_and_compare() {  # resume_and_compare NAME FROM
+resume_and_compare() {  # resume_and_compare NAME FROM [flags of the resumed run...]
   local out="$t/$1"
-  mpi --epoch 3 --out "$out" --resume latest > "$t/$1.resumed.txt" 2>&1 \
+  mpi --epoch 3 --out "$out" --resume latest "${@:3}" > "$t/$1.resumed.txt" 2>&1 \
     || { cat "$t/$1.resumed.txt"; fail "$1: resume"; }
   grep -q "^resumed at iteration $2\$" "$t/$1.resumed.txt" || { cat "$t/$1.resumed.txt"; fail "$1: not resumed at $2"; }
   local a b
   a=$(grep "final test accuracy" "$t/whole.txt")
   b=$(grep "final test accuracy" "$t/$1.resumed.txt")
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "$1: final metrics differ: '$a' vs '$b'"
-  /usr/bin/python3 - "$t/whole/log" "$out/log" "$1" <<'PY' || fail "$1: the resumed log differs"
-import json, sys
-whole, resumed = (json.load(open(p)) for p in sys.argv[1:3])
-assert [e["epoch"] for e in whole] == [1, 2, 3], whole
-assert [e["epoch"] for e in resumed] == [1, 2, 3], resumed
-for w, r in zip(whole, resumed):
-    assert w["iteration"] == r["iteration"], (w, r)
-    for key in ("main/loss", "main/accuracy", "validation/main/loss", "validation/main/accuracy"):
-        assert abs(w[key] - r[key]) <= 1e-5 * abs(w[key]), (sys.argv[3], w["epoch"], key, w[key], r[key])
-print(sys.argv[3], "per-epoch main/loss:", [e["main/loss"] for e in resumed])
-PY
+  # The per-epoch log and the last snapshot of both ranks, bit for bit.
+  /usr/bin/python3 tests/examples/common/compare_runs.py "$1" "$t/whole" "$out" $((3 * per)) \
+    || fail "$1: the resumed run differs"
 }
 
 mpi --epoch 3 --out "$t/whole" > "$t/whole.txt" 2>&1 || { cat "$t/whole.txt"; fail "the uninterrupted run"; }
@@ -92,4 +87,11 @@ echo "cut3: killed rank 1 (pid $pid); the manifest names iteration $from"
 [ "$from" -ge "$per" ] && [ $((from % per)) -eq 0 ] && { [ "${TANDEM_TEST_SHORT:-0}" = 1 ] || [ "$from" -le $((3 * per)) ]; } \
   || fail "cut3: manifest iteration $from"
 resume_and_compare cut3 "$from"
+
+# 4. Snapshots mid-epoch: rank 0 dies in epoch 2 between two snapshots.
+# (Every per/3 iterations: 40 or 8, a divisor of the epoch, so both runs snapshot the last one.)
+every=$((per / 3)) at=$((per + per * 5 / 12))
+TANDEM_FAULT_INJECT="rank=0,iteration=$at,action=kill" expect_crash cut4 --epoch 3 --out "$t/cut4" --snapshot-interval "$every"
+[ "$(manifest_iteration "$t/cut4")" = $((at / every * every)) ] || { cat "$t/cut4/snapshot_manifest.json"; fail "cut4: manifest"; }
+resume_and_compare cut4 $((at / every * every)) --snapshot-interval "$every"
 echo PASS

@@ -89,16 +89,50 @@ void LogReport::write(const Trainer& trainer) const {
 NamedTensors LogReport::state() const {
   std::string joined;
   for (const auto& line : log_json_) joined += line + "\n";
-  return {{"log_json", string_to_tensor(joined)}};
+  // The entry in progress (a snapshot mid-interval): its sums and counts so far, exactly.
+  std::string keys;
+  std::vector<double> sums;
+  std::vector<std::int64_t> counts;
+  for (const auto& [key, sum] : sums_) {
+    keys += key + "\n";
+    sums.push_back(sum);
+    counts.push_back(counts_.at(key));
+  }
+  const auto n = static_cast<std::int64_t>(sums.size());
+  return {{"log_json", string_to_tensor(joined)},
+          {"pending_keys", string_to_tensor(keys)},
+          {"pending_sums", from_vector(sums, {n})},
+          {"pending_counts", from_vector(counts, {n})}};
 }
 
 void LogReport::restore(const NamedTensors& state) {
+  std::vector<std::string> pending_keys;
+  std::vector<double> pending_sums;
+  std::vector<std::int64_t> pending_counts;
   for (const auto& [key, tensor] : state) {
-    if (key != "log_json") continue;
-    log_json_.clear();
-    std::istringstream lines(tensor_to_string(tensor));
-    for (std::string line; std::getline(lines, line);)
-      if (!line.empty()) log_json_.push_back(line);
+    if (key == "log_json") {
+      log_json_.clear();
+      std::istringstream lines(tensor_to_string(tensor));
+      for (std::string line; std::getline(lines, line);)
+        if (!line.empty()) log_json_.push_back(line);
+    } else if (key == "pending_keys") {
+      std::istringstream lines(tensor_to_string(tensor));
+      for (std::string line; std::getline(lines, line);) pending_keys.push_back(line);
+    } else if (key == "pending_sums") {
+      pending_sums = tensor.to(DType::f64).to_vector<double>();
+    } else if (key == "pending_counts") {
+      pending_counts = tensor.to(DType::i64).to_vector<std::int64_t>();
+    }
+  }
+  // Snapshots written before the entry in progress was kept restore none (as they did).
+  TANDEM_CHECK(pending_keys.size() == pending_sums.size() && pending_keys.size() == pending_counts.size(),
+               "LogReport: the snapshot's entry in progress has ", pending_keys.size(), " keys, ",
+               pending_sums.size(), " sums and ", pending_counts.size(), " counts");
+  sums_.clear();
+  counts_.clear();
+  for (std::size_t i = 0; i < pending_keys.size(); ++i) {
+    sums_[pending_keys[i]] = pending_sums[i];
+    counts_[pending_keys[i]] = pending_counts[i];
   }
 }
 
