@@ -115,6 +115,8 @@ void DigestRecorder::begin_step(std::int64_t step, Link& model) {
     index_ = 0;
     names_.clear();
   }
+  model_ = &model;
+  names_refreshed_ = false;
   for (const auto& [name, param] : model.namedparams()) {
     names_[param.node().get()] = name;
     write("param", name, param.data());
@@ -142,7 +144,14 @@ std::string DigestRecorder::parameters_of(const std::vector<std::shared_ptr<Vari
 void DigestRecorder::forward_done(const FunctionNode& function, const std::vector<Variable>& inputs,
                                   const std::vector<Tensor>& outputs) {
   std::vector<std::shared_ptr<VariableNode>> nodes;
-  for (const Variable& v : inputs) nodes.push_back(v.node());
+  for (const Variable& v : inputs) {
+    nodes.push_back(v.node());
+    // A parameter made by this step's forward (a lazy Linear's W): named from the model once.
+    if (!names_refreshed_ && v.is_leaf() && v.requires_grad() && !names_.count(v.node().get())) {
+      names_refreshed_ = true;
+      for (const auto& [name, param] : model_->namedparams()) names_[param.node().get()] = name;
+    }
+  }
   const std::string params = parameters_of(nodes);
   for (std::size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].defined()) write("forward", function.name() + " output " + std::to_string(i) + params, outputs[i]);

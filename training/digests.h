@@ -57,6 +57,8 @@ class DigestRecorder : public TensorObserver {
   std::mutex mutex_;
   std::int64_t step_ = 0, index_ = 0;
   std::unordered_map<const VariableNode*, std::string> names_;  // parameters by node, this step
+  Link* model_ = nullptr;
+  bool names_refreshed_ = false;
   std::shared_ptr<void> observing_;
 };
 

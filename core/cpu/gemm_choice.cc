@@ -112,11 +112,17 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
   // would otherwise stall for seconds per candidate.
   const GemmShape timed = gemm_timed_shape(m, n, k);
   const std::int64_t tm = timed.m, tn = timed.n, tk = timed.k;
+  // Without timing (TANDEM_KERNEL_TUNING=fixed): oneDNN where it runs this dtype. Its JIT kernels
+  // follow the processor's instruction sets, where Debian's OpenBLAS runs its Haswell kernels on
+  // processors it does not know (see the header).
+  const std::size_t fixed = static_cast<std::size_t>(
+      std::find(candidates.begin(), candidates.end(), GemmBackend::kOneDnn) - candidates.begin());
   bool recorded = false;
   const std::size_t chosen = measured_choice(
       key, names, [&] { return time_candidates<T>(candidates, tm, tn, tk, ta, tb); },
       2.0 * double(tm) * double(tn) * double(tk),
-      std::to_string(tm) + "x" + std::to_string(tn) + "x" + std::to_string(tk), &recorded);
+      std::to_string(tm) + "x" + std::to_string(tn) + "x" + std::to_string(tk), &recorded,
+      fixed < candidates.size() ? fixed : 0);
   if (recorded) memo.emplace(code, candidates[chosen]);
   return candidates[chosen];
 }

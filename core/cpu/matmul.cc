@@ -92,7 +92,7 @@ bool split_measured_faster(std::int64_t m, std::int64_t n, std::int64_t k, bool 
   const bool split = cpu::measured_choice(cpu::gemm_class_key<T>("gemm_split", m, n, k, ta, tb), {"split", "whole"},
                                           measure, 2.0 * double(m) * double(n) * double(k),
                                           std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k),
-                                          &recorded) == 0;
+                                          &recorded, /*fixed: one threaded call*/ 1) == 0;
   if (recorded) memo.emplace(code, split);
   return split;
 }

@@ -1,5 +1,7 @@
 #include "core/cpu/parallel.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,9 +24,13 @@ namespace {
 // sleeping OpenMP thread costs on bare metal (and what a spinning team costs even less than).
 constexpr double kGrainWakeMicros = 4.0;
 constexpr std::int64_t kMaxGrainScale = 64;
-// The scale without timing (TANDEM_KERNEL_TUNING=fixed): a team woken from sleep in tens of
-// microseconds, as on the virtual machines tandem is developed on.
-constexpr std::int64_t kFixedGrainScale = 16;
+// The scale without timing (TANDEM_KERNEL_TUNING=fixed): under OMP_WAIT_POLICY=PASSIVE a region
+// wakes sleeping threads, tens of microseconds on the virtual machines tandem is developed on
+// (62 us: 16); otherwise the team spins between regions and a region starts in a few (1).
+std::int64_t fixed_grain_scale() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return policy != nullptr && strcasecmp(policy, "passive") == 0 ? 16 : 1;
+}
 
 // The median time of an empty region on `threads` threads, in microseconds: each region wakes the
 // team that the previous one left (asleep under OMP_WAIT_POLICY=PASSIVE, spinning otherwise).
@@ -66,7 +72,7 @@ std::int64_t measure_grain_scale() {
         std::snprintf(figures, sizeof figures, "empty_region=%.1fus", micros);
         return std::make_pair(std::to_string(scale), std::string(figures));
       },
-      std::to_string(kFixedGrainScale));
+      std::to_string(fixed_grain_scale()));
   return std::strtoll(word.c_str(), nullptr, 10);
 }
 
