@@ -279,8 +279,17 @@ ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int6
   const double flops = 2.0 * double(g.batch) * double(out_channels) * double(g.channels / groups) *
                        double(g.kernel_h * g.kernel_w) * double(g.out_h * g.out_w);
   const int rounds = flops >= 4e9 ? 1 : 3;
-  // Without timing (TANDEM_KERNEL_TUNING=fixed): oneDNN where it applies, else im2col.
-  const std::size_t fixed = kernels.size() > 1 && kernels[1] == ConvKernel::onednn ? 1 : 0;
+  // Without timing (TANDEM_KERNEL_TUNING=fixed): Winograd where it applies with 16 channels or more
+  // on both sides (its transforms pay there: it ran 1.2-1.5x oneDNN's rate on the 64- and
+  // 128-channel layers of the CNN benchmark, a third of it with 1 input channel), else oneDNN where
+  // it applies, else im2col.
+  auto index = [&](ConvKernel k) {
+    return static_cast<std::size_t>(std::find(kernels.begin(), kernels.end(), k) - kernels.begin());
+  };
+  std::size_t fixed = 0;
+  if (index(ConvKernel::onednn) < kernels.size()) fixed = index(ConvKernel::onednn);
+  if (index(ConvKernel::winograd) < kernels.size() && g.channels / groups >= 16 && out_channels / groups >= 16)
+    fixed = index(ConvKernel::winograd);
   const std::size_t chosen = cpu::measured_choice(
       key, names,
       [&] { return cpu::time_interleaved(kernels.size(), [&](std::size_t i) { run(kernels[i]); }, rounds, 1); },
