@@ -53,6 +53,9 @@ export REPS=${REPS:-1}
 [[ -n "${BENCH_SCALE:-}" && -z "${ANCHOR_SCALE:-}" ]] && export ANCHOR_SCALE=$BENCH_SCALE
 # On 2 cores spinning OpenMP threads fight the BLAS pool; the anchors run PASSIVE, and so does tandem.
 export OMP_WAIT_POLICY=PASSIVE
+# The figures are of the kernels measured fastest on this machine (core/kernel_choices.h), as
+# they were before fixed choices became the default; TANDEM_KERNEL_TUNING=fixed measures those.
+export TANDEM_KERNEL_TUNING=${TANDEM_KERNEL_TUNING:-measure}
 # OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) override OpenBLAS's own processor detection. A shell
 # that sets them (this workplace's sets Haswell) makes LibTorch's products run older kernels, up to
 # 3x slower on an AVX-512 machine, which flatters every ratio against it. Both sides run with
