@@ -89,6 +89,7 @@ Observation StandardUpdater::update() {
   if (digests_) digests_->end_step(*optimizer_->target());
   optimizer_->update();
   if (new_epoch) optimizer_->new_epoch();
+  last_step_new_epoch_ = new_epoch;
   ++iteration_;
   return observation;
 }

@@ -59,7 +59,9 @@ class StandardUpdater {
   std::int64_t iteration() const { return iteration_; }
   std::int64_t epoch() const { return iterator_->epoch(); }
   double epoch_detail() const { return iterator_->epoch_detail(); }
-  bool is_new_epoch() const { return iterator_->is_new_epoch(); }
+  // Whether the last step crossed into a new epoch: with gradient accumulation, in any of its
+  // batches (the iterator's own flag says so of the last batch only).
+  bool is_new_epoch() const { return last_step_new_epoch_; }
   // Examples in the last batch (for items/s).
   std::int64_t last_batch_size() const { return last_batch_size_; }
   // The last step's loss (or delegate) variable, with the graph behind it (its saved tensors
@@ -83,6 +85,7 @@ class StandardUpdater {
   std::int64_t last_batch_size_ = 0;
   Variable last_loss_;
   int accumulation_ = 1;
+  bool last_step_new_epoch_ = false;
   std::shared_ptr<DigestRecorder> digests_;
 };
 

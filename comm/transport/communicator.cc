@@ -1,5 +1,9 @@
 #include "comm/transport/communicator.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -7,7 +11,19 @@ namespace tandem {
 
 namespace {
 thread_local bool g_in_backward = false;
+
+std::atomic<bool>& collective_site_check() {
+  static std::atomic<bool> on{[] {
+    const char* value = std::getenv("TANDEM_CHECK_COLLECTIVE_SITES");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }()};
+  return on;
 }
+
+}  // namespace
+
+bool check_collective_sites_enabled() { return collective_site_check().load(std::memory_order_relaxed); }
+void set_check_collective_sites(bool on) { collective_site_check().store(on, std::memory_order_relaxed); }
 
 CommBackwardScope::CommBackwardScope() : previous_(g_in_backward) { g_in_backward = true; }
 CommBackwardScope::~CommBackwardScope() { g_in_backward = previous_; }

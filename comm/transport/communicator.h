@@ -236,6 +236,19 @@ std::vector<Tensor> reduce_scatter_stripes(const Tensor& x, int size, const char
 // (core/threads.h): each rank's CPU kernels then use cores / intra_size() threads.
 CommunicatorPtr create_communicator(const std::string& name = "naive");
 
+// The call-site check, a debugging aid of the send-order check's family (comm/functions/
+// pseudo_connect.h): with it on (TANDEM_CHECK_COLLECTIVE_SITES=1 at the first use, or
+// set_check_collective_sites(true) on every rank), a collective's header also carries the user's
+// call site ("file:line (function)"), and ranks that reach a collective from different lines
+// fail there, every rank naming every rank's operation and line. A rank that skipped a
+// collective is then caught at the skipped call, where otherwise MPI would pair its next
+// collective of the same shape with it and the error would come one collective later. Off by
+// default: it adds the site's text to every collective header, and a program whose ranks call
+// one collective from two lines (an `if (rank == root)` with a call in each branch) must leave
+// it off.
+bool check_collective_sites_enabled();
+void set_check_collective_sites(bool on);
+
 // Marks the scope of a differentiable function's backward, so that the messages it sends say so
 // (errors then read "allreduce (in backward)").
 class CommBackwardScope {

@@ -59,7 +59,7 @@ struct WireHeader {
   std::int64_t aux;
   std::uint8_t ndim;
   std::uint8_t data_flags;
-  std::uint8_t reserved[2];
+  std::uint16_t site_bytes;  // the call-site text that follows the shape
   std::uint64_t payload_bytes;
   std::uint64_t address;
 };
@@ -82,6 +82,7 @@ std::string MessageHeader::describe() const {
   if (root >= 0) out << " root " << root;
   if (is_collective(kind)) {
     out << " (collective #" << sequence << ")";
+    if (!site.empty()) out << " at " << site;
   } else {
     out << " (tag " << tag << ", message #" << sequence << ")";
   }
@@ -89,7 +90,7 @@ std::string MessageHeader::describe() const {
 }
 
 std::size_t encoded_header_size(const MessageHeader& header) {
-  return sizeof(WireHeader) + header.shape.size() * sizeof(std::int64_t);
+  return sizeof(WireHeader) + header.shape.size() * sizeof(std::int64_t) + header.site.size();
 }
 
 void encode_header(const MessageHeader& header, std::vector<char>& out) {
@@ -109,7 +110,10 @@ void encode_header(const MessageHeader& header, std::vector<char>& out) {
   wire.reduce_op = header.reduce_op;
   wire.digest = header.digest;
   wire.aux = header.aux;
+  TANDEM_CHECK(header.site.size() <= kMaxSiteBytes, "comm: a call site of ", header.site.size(),
+               " bytes (at most ", kMaxSiteBytes, ")");
   wire.ndim = static_cast<std::uint8_t>(header.shape.size());
+  wire.site_bytes = static_cast<std::uint16_t>(header.site.size());
   wire.data_flags = header.data_flags;
   wire.payload_bytes = header.payload_bytes;
   wire.address = header.address;
@@ -118,6 +122,9 @@ void encode_header(const MessageHeader& header, std::vector<char>& out) {
   std::memcpy(out.data() + start, &wire, sizeof(wire));
   if (!header.shape.empty())
     std::memcpy(out.data() + start + sizeof(wire), header.shape.data(), header.shape.size() * sizeof(std::int64_t));
+  if (!header.site.empty())
+    std::memcpy(out.data() + start + sizeof(wire) + header.shape.size() * sizeof(std::int64_t), header.site.data(),
+                header.site.size());
 }
 
 DecodedMessage decode_header(const char* data, std::size_t size, int source) {
@@ -139,8 +146,13 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
     throw bad(detail::concat("list position ", wire.list_index, " of ", wire.list_size));
   if (wire.sequence < 0) throw bad("negative sequence number");
   if (wire.reduce_op < 0 || wire.reduce_op > 1) throw bad(detail::concat("unknown reduction ", wire.reduce_op));
-  const std::size_t header_bytes = sizeof(WireHeader) + wire.ndim * sizeof(std::int64_t);
-  if (size < header_bytes) throw bad("shape cut short");
+  if (wire.site_bytes > kMaxSiteBytes) throw bad(detail::concat("a call site of ", wire.site_bytes, " bytes"));
+  if (wire.site_bytes > 0 && !is_collective(static_cast<OpKind>(wire.kind)))
+    throw bad("a call site on a point-to-point message");
+  const std::size_t shape_end = sizeof(WireHeader) + wire.ndim * sizeof(std::int64_t);
+  const std::size_t header_bytes = shape_end + wire.site_bytes;
+  if (size < shape_end) throw bad("shape cut short");
+  if (size < header_bytes) throw bad("call site cut short");
 
   DecodedMessage message;
   message.header_bytes = header_bytes;
@@ -161,6 +173,7 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   header.address = wire.address;
   header.shape.resize(wire.ndim);
   if (wire.ndim > 0) std::memcpy(header.shape.data(), data + sizeof(WireHeader), wire.ndim * sizeof(std::int64_t));
+  header.site.assign(data + shape_end, wire.site_bytes);
 
   // Collective headers describe a tensor only when typed; object messages carry bytes.
   const bool carries_tensor = is_collective(header.kind) ? header.has_flag(kFlagTyped)

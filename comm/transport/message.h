@@ -50,8 +50,10 @@ const char* op_kind_name(OpKind kind);
 bool is_collective(OpKind kind);
 
 inline constexpr std::uint32_t kMessageMagic = 0x4d444e54;  // "TNDM"
-inline constexpr std::uint8_t kMessageVersion = 2;
+inline constexpr std::uint8_t kMessageVersion = 3;
 inline constexpr int kMaxDims = 8;
+// The longest call-site text a collective header carries (the call-site check, communicator.h).
+inline constexpr std::size_t kMaxSiteBytes = 1024;
 
 // Header flags.
 inline constexpr std::uint8_t kFlagInlinePayload = 1;  // the payload follows the header in the same message
@@ -94,11 +96,14 @@ struct MessageHeader {
   std::uint64_t payload_bytes = 0; // of the tensor's data, inline or in the next message
   std::uint8_t data_flags = 0;     // kDataEager, kDataInMemory
   std::uint64_t address = 0;       // kDataInMemory: where the data lies in the sender's memory
+  // Collectives, with the call-site check on (communicator.h): where the user called it,
+  // "file:line (function)"; empty otherwise. At most kMaxSiteBytes.
+  std::string site;
 
   bool has_data_flag(std::uint8_t flag) const { return (data_flags & flag) != 0; }
 
   bool has_flag(std::uint8_t flag) const { return (flags & flag) != 0; }
-  // "send f32[3, 4] (tag 0, message #2)" for errors.
+  // "send f32[3, 4] (tag 0, message #2)" for errors; a collective's call site after " at ".
   std::string describe() const;
 };
 

@@ -283,6 +283,11 @@ MpiCommunicator::Header MpiCommunicator::collective_header(OpKind kind, int root
     header.payload_bytes = typed->nbytes();
     if (typed->device().is_cuda()) header.flags |= comm_detail::kFlagOnDevice;
   }
+  // The call-site check (communicator.h): the user's line travels with the header.
+  if (check_collective_sites_enabled() && flight_call_ != nullptr && flight_call_->user_.known()) {
+    header.site = flight_call_->user_.str();
+    if (header.site.size() > comm_detail::kMaxSiteBytes) header.site.resize(comm_detail::kMaxSiteBytes);
+  }
   return header;
 }
 
@@ -507,6 +512,8 @@ void MpiCommunicator::check_headers(const std::vector<Header>& all, bool same_sh
     const Header& h = all[r];
     if (h.kind != first.kind) reason = "they are in different operations";
     else if (h.sequence != first.sequence) reason = "they are at different collectives";
+    else if (h.site != first.site)
+      reason = "they called it from different lines: has a rank skipped a collective? (TANDEM_CHECK_COLLECTIVE_SITES)";
     else if (h.root != first.root) reason = "they name different roots";
     else if (h.reduce_op != first.reduce_op) reason = "they ask for different reductions";
     else if (h.digest != first.digest) reason = "their lists of tensors differ";

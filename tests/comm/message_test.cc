@@ -206,6 +206,38 @@ TEST_CASE("message: encode refuses more than kMaxDims dimensions") {
   CHECK_THAT(error_of([&] { encode_header(h, out); }), Contains("9 dimensions") && Contains("at most 8"));
 }
 
+TEST_CASE("message: a collective's call site survives encode and decode, and is checked on arrival") {
+  MessageHeader h;
+  h.kind = OpKind::allreduce;
+  h.flags = kFlagTyped;
+  h.shape = Shape{2, 3};
+  h.payload_bytes = 24;
+  h.sequence = 4;
+  h.site = "tests/comm/message_test.cc:42 (main)";
+  const std::vector<char> bytes = encode(h);
+  CHECK(bytes.size() == encoded_header_size(h));
+  CHECK(encoded_header_size(h) == encoded_header_size(MessageHeader{}) + 2 * sizeof(std::int64_t) + h.site.size());
+  const DecodedMessage m = decode_header(bytes.data(), bytes.size(), kSource);
+  require_same(m.header, h);
+  CHECK(m.header.site == h.site);
+  CHECK(m.header_bytes == bytes.size());
+  CHECK(h.describe() == "allreduce f32[2, 3] (collective #4) at tests/comm/message_test.cc:42 (main)");
+  // Cut inside the site; a site on a point-to-point message; a site longer than allowed.
+  const std::vector<char> cut(bytes.begin(), bytes.end() - 1);
+  CHECK_THAT(decode_error(cut), Contains("call site cut short"));
+  MessageHeader p2p = tensor_header();
+  std::vector<char> with_site = encode(p2p);
+  const std::size_t site_field = sizeof(std::uint32_t) + 4 * sizeof(std::uint8_t) + 3 * sizeof(std::int32_t) +
+                                 sizeof(std::int64_t) + 2 * sizeof(std::uint32_t) + sizeof(std::uint64_t) +
+                                 sizeof(std::int64_t) + 2 * sizeof(std::uint8_t);
+  const std::uint16_t one = 1;
+  std::memcpy(with_site.data() + site_field, &one, sizeof(one));
+  with_site.push_back('x');
+  CHECK_THAT(decode_error(with_site), Contains("a call site on a point-to-point message"));
+  h.site.assign(kMaxSiteBytes + 1, 'a');
+  CHECK_THROWS_WITH(encode(h), Contains("a call site of 1025 bytes"));
+}
+
 TEST_CASE("message: decode rejects malformed messages") {
   const std::string malformed = "malformed message from rank 7";
   const std::vector<char> valid = encode(tensor_header());

@@ -11,6 +11,9 @@
 //   differentiable  rank 0's F::send of f64[4] on tag 2, never received
 //   cycle        every rank receives from the next (rank 0 from 1, ..., the last from 0): a deadlock
 //   matched      every message is received: the job succeeds
+//   skip         with the call-site check on (communicator.h), rank 1 skips an allreduce that the
+//                others call, then every rank calls another allreduce of the same shape; prints
+//                "lines A B", the lines of the two calls
 // OP: barrier bcast gather0 gather1 scatter allgather alltoall allreduce reduce reduce_scatter
 #include <cstdio>
 #include <string>
@@ -69,6 +72,13 @@ int main(int argc, char** argv) {
     if (rank == 0) F::send(Variable(full({4}, 1.0, DType::f64)), *comm, 1, 2);
   } else if (mode == "cycle") {
     comm->recv((rank + 1) % comm->size(), 0);
+  } else if (mode == "skip") {
+    set_check_collective_sites(true);
+    const Tensor x = full({2}, 1.0);
+    const int skipped = __LINE__ + 2, next = __LINE__ + 3;
+    std::printf("lines %d %d\n", skipped, next);
+    if (rank != 1) comm->allreduce(x);
+    comm->allreduce(x);
   } else if (mode == "matched") {
     if (rank == 0) comm->send(full({3}, 2.0), 1, 5);
     if (rank == 1) comm->recv(0, 5);

@@ -78,6 +78,17 @@ for ranks in "${sizes[@]}"; do
     says $r "rank $((ranks - 1)) waits in recv (from rank 0, tag 0) for message #0"
   done
 
+  # 4. A skipped collective, with the call-site check on: every rank fails at the skipped call,
+  #    naming every rank's line (not one collective later, where MPI would have paired the next).
+  run skip "$ranks"; failed
+  read -r _ skipped next < <(grep "^lines " "$logs/rank.0.log")
+  for ((r = 0; r < ranks; ++r)); do
+    says $r "they called it from different lines: has a rank skipped a collective?"
+    says $r "rank 0 is in allreduce f32[2] (collective #"
+    says $r ") at tests/comm/mismatch_main.cc:$skipped (main); rank 1 is in allreduce f32[2] (collective #"
+    says $r ") at tests/comm/mismatch_main.cc:$next (main)"
+  done
+
   # A program whose messages all match ends normally, and tandem says nothing.
   run matched "$ranks"
   [ "$status" -eq 0 ] || fail "a matched program failed"

@@ -34,6 +34,12 @@ twice() {
 twice mnist 1 2 examples/mnist/train_mnist --epoch 1 --unit 100 --batchsize 100 --data-dir "$t/mnist"
 twice model_parallel 2 1 examples/mnist/train_mnist_model_parallel --epoch 1 --unit 100 --batchsize 100 \
   --data-dir "$t/mnist" --snapshot-interval 7
+twice data_parallel_zero2 2 1 examples/mnist/train_mnist_data_parallel --epoch 1 --unit 50 --batchsize 100 \
+  --data-dir "$t/mnist" --zero 2 --accumulate 2 --bucket-mb 0.05
+twice pipeline 2 1 examples/pipeline/train_mnist_pipeline --epoch 1 --layers 4 --unit 64 --batchsize 50 \
+  --train-size 1000 --test-size 200
+twice seq2seq 2 1 examples/seq2seq/seq2seq_model_parallel --epoch 1 --numbers 2000 --test-size 100 --train-size 640 \
+  --unit 32 --batchsize 64
 twice cnn 1 2 examples/cnn/train_parallel_convolution --epoch 1 --train-size 1000 --test-size 200 --batchsize 50 \
   --unit 6
 if [ -d /usr/share/games/fortunes ]; then

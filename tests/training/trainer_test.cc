@@ -298,3 +298,25 @@ TEST_CASE("a trainer with lazily shaped layers resumes without a forward pass", 
   REQUIRE(flat_params(*second.model) == flat_params(*whole.model));
   REQUIRE(second.optimizer->t() == whole.optimizer->t());
 }
+
+TEST_CASE("with gradient accumulation, an epoch that ends in a step's first batch still fires epoch triggers",
+          "[trainer]") {
+  // 120 examples in batches of 16, 2 a step: epoch 2 ends with batch 15 exactly, the first batch of
+  // step 8, after which the iterator's own flag is down again.
+  auto [train, test] = toy_data();
+  manual_seed(5);
+  auto model = std::make_shared<Classifier>(std::make_shared<Linear>(5, 3));
+  auto optimizer = std::make_shared<Adam>(0.05);
+  optimizer->setup(model);
+  auto updater = std::make_shared<StandardUpdater>(std::make_shared<SerialIterator>(train, 16, true, true, 3),
+                                                   optimizer, classifier_loss(model));
+  updater->set_accumulation(2);
+  Trainer trainer(updater, Trigger::epochs(2), fresh_dir("accumulated-epochs"), model);
+  auto log = std::make_shared<LogReport>();
+  trainer.extend(log);
+  trainer.run();
+  REQUIRE(log->log().size() == 2);
+  CHECK(log->log()[0].at("iteration") == 4);  // batch 8 of 16 examples crosses 120
+  CHECK(log->log()[1].at("iteration") == 8);
+  CHECK(log->log()[1].at("epoch") == 2);
+}
