@@ -145,10 +145,14 @@ ChoiceStore& store() {
   return *s;
 }
 
-std::atomic<bool> keep_under_load{[] {
-  const char* env = std::getenv("TANDEM_KERNEL_TIMING_UNDER_LOAD");
-  return env != nullptr && std::strcmp(env, "keep") == 0;
-}()};
+// A function's static: a test may set it while other translation units are being initialised.
+std::atomic<bool>& keep_under_load() {
+  static std::atomic<bool> keep{[] {
+    const char* env = std::getenv("TANDEM_KERNEL_TIMING_UNDER_LOAD");
+    return env != nullptr && std::strcmp(env, "keep") == 0;
+  }()};
+  return keep;
+}
 std::atomic<int> tuning_set{-1};  // -1: TANDEM_KERNEL_TUNING decides
 std::atomic<unsigned> generation{0};
 
@@ -262,7 +266,7 @@ KernelTuning tuning_from_environment() {
 
 }  // namespace
 
-void keep_measurements_under_load(bool keep) { keep_under_load.store(keep); }
+void keep_measurements_under_load(bool keep) { keep_under_load().store(keep); }
 
 std::string measured_choice_file() {
   ChoiceStore& s = store();
@@ -351,7 +355,7 @@ std::string measured_word(const std::string& key, const std::function<bool(const
   try {
     const LoadSample before = sample_load();
     measured = measure();
-    busy = !keep_under_load.load() && machine_was_busy(before, sample_load());
+    busy = !keep_under_load().load() && machine_was_busy(before, sample_load());
   } catch (...) {
     --s.depth;
     if (outermost) {
