@@ -16,18 +16,14 @@
 #include "layers/optimizers/adam.h"
 #include "training/digests.h"
 #include "training/updater.h"
+#include "tests/training/test_util.h"
 
 using namespace tandem;
+using test_util::fresh_dir;
+using test_util::read_all;
 using Catch::Matchers::Contains;
 
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
-  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
-  return dir;
-}
 
 class MLP : public Chain {
  public:
@@ -56,13 +52,6 @@ void train_three_steps(const std::string& dir, const std::function<void(Link&)>&
     updater.update();
   }
   updater.record_digests("");
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace

@@ -17,24 +17,13 @@
 #include "layers/optimizers/sgd.h"
 #include "training/extensions/dump_graph.h"
 #include "training/trainer.h"
+#include "tests/training/test_util.h"
 
 using namespace tandem;
+using test_util::fresh_dir;
+using test_util::read_all;
 
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
-  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
-  return dir;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 

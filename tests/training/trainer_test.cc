@@ -16,24 +16,13 @@
 #include "training/extensions/evaluator.h"
 #include "training/extensions/reporting.h"
 #include "training/trainer.h"
+#include "tests/training/test_util.h"
 
 using namespace tandem;
+using test_util::fresh_dir;
+using test_util::read_all;
 
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
-  REQUIRE(std::system(("rm -rf " + dir).c_str()) == 0);
-  return dir;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 // 120 examples of 5 features; labels from a fixed linear rule.
 std::pair<DatasetPtr, DatasetPtr> toy_data() {
