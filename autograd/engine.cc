@@ -6,10 +6,12 @@
 
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
+#include "autograd/order_free_gradients.h"
 #include "autograd/tensor_observer.h"
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
 #include "core/ops/elementwise.h"
+#include "core/deterministic.h"
 #include "core/timeline.h"
 
 namespace tandem {
@@ -215,6 +217,7 @@ class BackwardEngine {
   static void deliver(Gradient& g) {
     std::shared_ptr<VariableImpl> variable = g.node->variable.lock();
     if (!variable) return;
+    if (deterministic()) return deliver_order_free(*variable, g.value);
     if (variable->grad.defined()) {
       // Accumulate in place when nothing else holds the gradient's memory (a user's copy of
       // grad() keeps its value): microbatches and pipeline steps accumulate into every

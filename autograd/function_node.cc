@@ -6,6 +6,7 @@
 #include "autograd/check_finite.h"
 #include "autograd/tensor_observer.h"
 #include "autograd/grad_mode.h"
+#include "core/deterministic.h"
 #include "core/timeline.h"
 
 namespace tandem {
@@ -125,7 +126,8 @@ const std::vector<Tensor>& FunctionNode::saved() const {
 }
 
 Tensor* FunctionNode::leaf_gradient_to_accumulate(std::size_t i) const {
-  if (i >= inputs_.size() || check_finite_enabled()) return nullptr;
+  // Deterministic mode: every gradient goes through the engine to the leaf's order-free sum.
+  if (i >= inputs_.size() || check_finite_enabled() || deterministic()) return nullptr;
   const std::shared_ptr<VariableNode>& node = inputs_[i];
   if (node->creator || !node->requires_grad) return nullptr;
   const std::shared_ptr<VariableImpl> variable = node->variable.lock();

@@ -16,6 +16,7 @@
 namespace tandem {
 
 class FunctionNode;
+class OrderFreeSum;
 struct VariableImpl;
 
 // The graph-side half of a variable. Functions hold their inputs' nodes strongly and their
@@ -89,6 +90,8 @@ class Variable {
 
  private:
   friend class FunctionNode;
+  friend OrderFreeSum& order_free_gradient(Variable& param);
+  friend void round_order_free_gradient(Variable& param, double scale);
   explicit Variable(std::shared_ptr<VariableImpl> impl) : impl_(std::move(impl)) {}
   VariableImpl& impl() const;
   std::shared_ptr<VariableImpl> impl_;
@@ -98,6 +101,11 @@ struct VariableImpl {
   Tensor data;
   Tensor grad;
   std::shared_ptr<VariableNode> node;
+  // Deterministic mode (core/deterministic.h): the order-free sum of the gradients delivered
+  // since grad was last cleared, and the storage of the grad it was rounded into (a grad with
+  // other storage was set by someone else: the sum starts again from it).
+  std::shared_ptr<OrderFreeSum> grad_sum;
+  std::weak_ptr<Storage> grad_sum_storage;
 };
 
 using Variables = std::vector<Variable>;

@@ -2,6 +2,8 @@
 
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
+#include "autograd/order_free_gradients.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -31,9 +33,28 @@ void WeightGradientQueue::push(const std::shared_ptr<VariableNode>& weight, Tens
   entry.inputs.push_back(std::move(input));
 }
 
+// Deterministic mode: each queued microbatch's product is a term of the weight's order-free sum,
+// as it would have been without the queue.
+std::int64_t WeightGradientQueue::flush_order_free(Entry& entry) {
+  std::int64_t rows = 0;
+  std::shared_ptr<VariableImpl> variable = entry.weight->variable.lock();
+  for (std::size_t i = 0; i < entry.grad_outputs.size(); ++i) {
+    rows += entry.grad_outputs[i].size(0);
+    if (variable)
+      deliver_order_free(*variable, matmul(entry.grad_outputs[i], entry.inputs[i], true, false).reshape(entry.weight->shape));
+  }
+  entry.grad_outputs.clear();
+  entry.inputs.clear();
+  return rows;
+}
+
 std::int64_t WeightGradientQueue::flush() {
   std::int64_t rows = 0;
   for (Entry& entry : entries_) {
+    if (deterministic()) {
+      rows += flush_order_free(entry);
+      continue;
+    }
     // One product over every queued row: concatenating costs one pass over the activations,
     // far less than a pass over the weight's gradient per microbatch.
     const Tensor dy = entry.grad_outputs.size() == 1 ? entry.grad_outputs[0] : concat(entry.grad_outputs, 0);

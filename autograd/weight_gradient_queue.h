@@ -70,6 +70,7 @@ class WeightGradientQueue {
     std::shared_ptr<VariableNode> weight;
     std::vector<Tensor> grad_outputs, inputs;
   };
+  static std::int64_t flush_order_free(Entry& entry);
   std::vector<Entry> entries_;                               // in the order weights were first queued
   std::unordered_map<const VariableNode*, std::size_t> index_;  // weight -> entries_ position
 };

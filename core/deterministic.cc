@@ -1,0 +1,48 @@
+#include "core/deterministic.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+std::int64_t env_int(const char* name, std::int64_t fallback, std::int64_t lowest) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  TANDEM_CHECK(*end == 0 && value >= lowest, name, "='", text, "': expected an integer >= ", lowest);
+  return value;
+}
+
+std::atomic<int>& mode() {
+  static std::atomic<int> on{static_cast<int>(env_int("TANDEM_DETERMINISTIC", 0, 0) != 0)};
+  return on;
+}
+
+std::atomic<std::int64_t>& group_size() {
+  static std::atomic<std::int64_t> examples{env_int("TANDEM_DETERMINISTIC_GROUP", 1, 1)};
+  return examples;
+}
+
+std::atomic<std::int64_t> groups{0};
+
+}  // namespace
+
+bool deterministic() { return mode().load(std::memory_order_relaxed) != 0; }
+void set_deterministic(bool on) { mode() = on ? 1 : 0; }
+
+std::int64_t deterministic_group_size() { return group_size().load(); }
+void set_deterministic_group_size(std::int64_t examples) {
+  TANDEM_CHECK(examples >= 1, "set_deterministic_group_size: ", examples, " examples; at least 1");
+  group_size() = examples;
+}
+
+void record_gradient_group() { ++groups; }
+std::int64_t take_gradient_groups() { return groups.exchange(0); }
+
+}  // namespace tandem
