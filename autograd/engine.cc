@@ -79,6 +79,12 @@ class BackwardEngine {
   }
 
   void accumulate(const std::shared_ptr<VariableNode>& node, const Tensor& gradient) {
+    // Deterministic mode: a parameter's terms go to its order-free sum one by one, so that terms
+    // one layout computes in one backward and another in several sum alike.
+    if (node->parameter && !node->creator && deterministic()) {
+      Gradient term{node, gradient};
+      return deliver(term);
+    }
     auto [it, inserted] = gradients_.try_emplace(node.get(), Gradient{node, gradient});
     // Out of place: a function may hand the same tensor to several inputs (add does).
     if (!inserted) it->second.value = add(it->second.value, gradient);

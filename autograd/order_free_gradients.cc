@@ -36,6 +36,7 @@ OrderFreeSum& current_sum(VariableImpl& v) {
     if (v.grad.defined()) {
       check_supported(v.grad, "the gradient");
       add_term(*v.grad_sum, v.grad);
+      v.grad_sum_storage = v.grad.storage();  // the sum is now this grad's
     }
   }
   return *v.grad_sum;

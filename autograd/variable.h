@@ -25,6 +25,9 @@ struct VariableNode {
   std::weak_ptr<VariableImpl> variable;  // where leaf gradients are delivered
   std::shared_ptr<FunctionNode> creator;  // null for leaves
   bool requires_grad = false;
+  // A link's parameter (Link::initialize_param). Deterministic mode adds each gradient term of a
+  // parameter to its order-free sum as it comes (autograd/engine.cc), not summed first.
+  bool parameter = false;
   Shape shape;
   DType dtype = DType::f32;
   Device device;

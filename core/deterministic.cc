@@ -25,7 +25,7 @@ std::atomic<int>& mode() {
 }
 
 std::atomic<std::int64_t>& group_size() {
-  static std::atomic<std::int64_t> examples{env_int("TANDEM_DETERMINISTIC_GROUP", 1, 1)};
+  static std::atomic<std::int64_t> examples{env_int("TANDEM_DETERMINISTIC_GROUP", 0, 0)};
   return examples;
 }
 
@@ -38,11 +38,12 @@ void set_deterministic(bool on) { mode() = on ? 1 : 0; }
 
 std::int64_t deterministic_group_size() { return group_size().load(); }
 void set_deterministic_group_size(std::int64_t examples) {
-  TANDEM_CHECK(examples >= 1, "set_deterministic_group_size: ", examples, " examples; at least 1");
+  TANDEM_CHECK(examples >= 0, "set_deterministic_group_size: ", examples, " examples; 0 (batches unsplit) or more");
   group_size() = examples;
 }
 
 void record_gradient_group() { ++groups; }
-std::int64_t take_gradient_groups() { return groups.exchange(0); }
+std::int64_t gradient_groups() { return groups.load(); }
+void reset_gradient_groups() { groups = 0; }
 
 }  // namespace tandem

@@ -11,9 +11,10 @@
 //   function of the set of terms. Data-parallel optimizers combine the ranks' sums the same way
 //   (comm/data_parallel/order_free_allreduce.h) and average by the number of groups.
 // - Losses are not scaled by how a batch was split: each group's backward starts from the
-//   gradient of its own mean loss (StandardUpdater splits every batch into groups of
-//   deterministic_group_size() examples), and the averaged gradient is the sum over all groups
-//   of the global batch divided once by their number (record_gradient_group counts them).
+//   gradient of its own mean loss (a group: a batch the loss function receives, a pipeline's
+//   microbatch, or deterministic_group_size() examples of a batch), and the averaged gradient is
+//   the sum over all groups of the global batch divided once by their number
+//   (record_gradient_group counts them). The groups of a step must be equal in size.
 // - The kernels take choices that do not depend on the thread count (core/cpu: GEMM on
 //   OpenBLAS, no packed copies, no timing).
 #pragma once
@@ -26,15 +27,18 @@ namespace tandem {
 bool deterministic();
 void set_deterministic(bool on);
 
-// Examples per group (TANDEM_DETERMINISTIC_GROUP, default 1): a batch whose size is a multiple
-// of it is computed group by group. Every layout to be compared must split its batches into the
-// same groups: the group size must divide every rank's share of the batch.
+// Examples per gradient group in StandardUpdater (TANDEM_DETERMINISTIC_GROUP; 0, the default: the
+// batches the loss function receives are the groups, or a pipeline's microbatches). Layouts to
+// be compared must compute the same groups: e.g. batch 12 on one rank and 4 on each of 3 ranks
+// compare with groups of 4 (or 2, or 1); the group size must divide every rank's batch.
 std::int64_t deterministic_group_size();
 void set_deterministic_group_size(std::int64_t examples);
 
-// The groups whose gradients were added since the count was last taken (one per backward of a
-// group's loss; a pipeline counts each microbatch once): the divisor of the averaged gradient.
+// The gradient groups whose backward ran since the last update (one per group's loss; a
+// pipeline counts each microbatch once): the divisor of the averaged gradient. The optimizer
+// resets the count after each update.
 void record_gradient_group();
-std::int64_t take_gradient_groups();
+std::int64_t gradient_groups();
+void reset_gradient_groups();
 
 }  // namespace tandem

@@ -154,6 +154,7 @@ Variable& Link::initialize_param(const std::string& name, const Tensor& value) {
   Variable& slot = params_[param_index(name)].second;
   // Initialisers draw on the host; a link already moved to a device keeps its parameters there.
   slot = Variable(value.to(device_), true, name);
+  slot.node()->parameter = true;
   return slot;
 }
 

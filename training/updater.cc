@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "autograd/backward_observer.h"
+#include "core/deterministic.h"
 #include "core/kernel_choices.h"
 #include "core/process_label.h"
 
@@ -43,9 +44,35 @@ void StandardUpdater::set_accumulation(int k) {
   accumulation_ = k;
 }
 
+namespace {
+
+// Deterministic mode: the batch in groups of deterministic_group_size() examples (views of its
+// rows), or whole when that is 0.
+std::vector<Example> deterministic_groups(const Example& batch, std::int64_t examples) {
+  const std::int64_t size = deterministic_group_size();
+  if (size == 0 || size == examples) return {batch};
+  TANDEM_CHECK(size > 0 && examples % size == 0, "StandardUpdater (deterministic mode): a batch of ", examples,
+               " examples does not split into groups of TANDEM_DETERMINISTIC_GROUP=", size,
+               " examples; the group size must divide every rank's batch");
+  std::vector<Example> groups;
+  for (std::int64_t begin = 0; begin < examples; begin += size) {
+    Example group;
+    for (const Tensor& field : batch) {
+      TANDEM_CHECK(field.dim() >= 1 && field.shape()[0] == examples, "StandardUpdater (deterministic mode): field ",
+                   field.description(), " of a batch of ", examples, " examples cannot be split into groups");
+      group.push_back(field.slice_rows(begin, begin + size));
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+}  // namespace
+
 Observation StandardUpdater::update() {
   // Optimizer::update(lossfun), with the backward left out when the loss function ran it.
   optimizer_->target()->cleargrads();
+  reset_gradient_groups();
   last_loss_ = Variable();  // the last step's graph goes before this step's is built
   // Each step's kernels start from nothing they kept (packed copies of weights and the counts that
   // decide them, core/kernel_choices.h): a step rounds alike whatever ran before it (an
@@ -57,35 +84,50 @@ Observation StandardUpdater::update() {
   bool scalar_loss = false;
   last_batch_size_ = 0;
   bool new_epoch = false;
+  const bool order_free = deterministic();
+  // Deterministic mode: every group's backward starts from its own mean loss's gradient; the
+  // optimizer divides the order-free sum by the number of groups (core/deterministic.h).
+  int groups_run = 0;
   for (int k = 0; k < accumulation_; ++k) {
     const Example batch = iterator_->next();
     new_epoch = new_epoch || iterator_->is_new_epoch();
-    last_batch_size_ += batch.empty() ? 0 : batch[0].shape().empty() ? 1 : batch[0].shape()[0];
-    std::optional<NoGradientSync> accumulating;
-    if (k + 1 < accumulation_) accumulating.emplace();
-    const LossResult result = loss_(batch);
-    TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
-    if (!result.backward_done) {
-      if (accumulation_ == 1) {
-        result.loss.backward();
-      } else {
-        // The loss divided by k: the gradient of the mean over the k batches.
-        const Tensor seed = full(result.loss.shape(), 1.0 / accumulation_, result.loss.dtype(), result.loss.device());
-        TANDEM_CHECK(result.loss.numel() == 1, "StandardUpdater: gradient accumulation needs a scalar loss, got ",
-                     result.loss.description());
-        result.loss.backward(seed);
+    const std::int64_t examples = batch.empty() ? 0 : batch[0].shape().empty() ? 1 : batch[0].shape()[0];
+    last_batch_size_ += examples;
+    const std::vector<Example> groups = order_free ? deterministic_groups(batch, examples) : std::vector<Example>{batch};
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const bool last_backward = k + 1 == accumulation_ && g + 1 == groups.size();
+      std::optional<NoGradientSync> accumulating;
+      if (!last_backward) accumulating.emplace();
+      const LossResult result = loss_(groups[g]);
+      TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
+      if (!result.backward_done) {
+        if (accumulation_ == 1 || order_free) {
+          result.loss.backward();
+          if (order_free) record_gradient_group();
+        } else {
+          // The loss divided by k: the gradient of the mean over the k batches.
+          const Tensor seed = full(result.loss.shape(), 1.0 / accumulation_, result.loss.dtype(), result.loss.device());
+          TANDEM_CHECK(result.loss.numel() == 1, "StandardUpdater: gradient accumulation needs a scalar loss, got ",
+                       result.loss.description());
+          result.loss.backward(seed);
+        }
       }
-    }
-    if (k + 1 == accumulation_) last_loss_ = result.loss;
-    for (const auto& [name, value] : result.observation) reported["main/" + name] += value / accumulation_;
-    // A model-parallel rank without a loss of its own returns a delegate variable (size 0).
-    if (result.loss.numel() == 1) {
-      loss_sum += result.loss.data().item();
-      scalar_loss = true;
+      if (last_backward) last_loss_ = result.loss;
+      // The mean over the groups (deterministic mode divides once below).
+      for (const auto& [name, value] : result.observation)
+        reported["main/" + name] += order_free ? value : value / accumulation_;
+      // A model-parallel rank without a loss of its own returns a delegate variable (size 0).
+      if (result.loss.numel() == 1) {
+        loss_sum += result.loss.data().item();
+        scalar_loss = true;
+      }
+      ++groups_run;
     }
   }
+  if (order_free)
+    for (auto& [name, value] : reported) value /= groups_run;
   Observation observation = reported;
-  if (scalar_loss) observation["main/loss"] = loss_sum / accumulation_;
+  if (scalar_loss) observation["main/loss"] = loss_sum / groups_run;
   if (digests_) digests_->end_step(*optimizer_->target());
   optimizer_->update();
   if (new_epoch) optimizer_->new_epoch();

@@ -5,6 +5,8 @@
 
 #include "autograd/check_finite.h"
 #include "comm/data_parallel/data_parallel.h"
+#include "comm/data_parallel/order_free_allreduce.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/ops.h"
@@ -242,6 +244,21 @@ void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool ze
     std::string list;
     for (std::size_t k = 0; k < nonfinite.size(); ++k) list += (k ? "; " : "") + nonfinite[k];
     TANDEM_FAIL("check_finite: multi_node_mean_grad: ", list, " before the allreduce; no gradient was averaged");
+  }
+
+  // 3. Deterministic mode: the order-free sum over the ranks, divided by the batch's number of
+  // gradient groups (`scale` turns the mean over these ranks into the mean over the batch: these
+  // ranks see that share of its groups).
+  if (deterministic()) {
+    std::vector<Variable> present;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!with[i].empty()) present.push_back(all[i].param);
+      else if (zero_fill) all[i].param.set_grad(zeros(all[i].param.shape(), all[i].param.dtype(), all[i].param.data().device()));
+    }
+    const std::uint64_t digest = params_digest(all);
+    const std::int64_t groups = gradient_groups_over(comm, scale, digest, "multi_node_mean_grad");
+    order_free_allreduce_grads(comm, present, 1.0 / static_cast<double>(groups), digest, "multi_node_mean_grad");
+    return;
   }
 
   // 3. One packed allreduce per dtype of the gradients that some rank has (missing ones as zeros).

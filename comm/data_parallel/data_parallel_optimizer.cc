@@ -10,6 +10,7 @@
 #include "comm/data_parallel/gradient_buckets.h"
 #include "comm/transport/background_progress.h"
 #include "core/cpu/block_cache.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -179,6 +180,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
 
   // --- the update ---------------------------------------------------------------------------
   bool before_update(Link& target) override {
+    TANDEM_CHECK(!deterministic(), "data-parallel optimizer: deterministic mode was turned on after "
+                 "create_multi_node_optimizer made this optimizer (its buckets are not order-free); turn it on first");
     ensure_plan();
     if (!plan_) return true;
     // zero = 3: whatever is gathered now is stale after the update; every rank starts a new pass.

@@ -6,6 +6,7 @@
 
 #include "autograd/functions.h"
 #include "comm/functions/collectives.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -233,20 +234,25 @@ Variable MixtureOfExperts::forward(const Variable& x) {
 
   // The local experts. incoming is ordered by source rank, then by local expert; each expert
   // takes its rows from every source, and the outputs go back to the same places.
-  std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(L));
+  // Deterministic mode (core/deterministic.h) runs each expert on each source's rows apart: a
+  // source's rows are one gradient group's, and an expert's weight gradient is then a term per
+  // group, whichever rank holds the expert and however many sources there are.
+  const bool per_source = deterministic();
+  std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(per_source ? L * ranks : L));
   std::int64_t at = 0;
   for (int from = 0; from < ranks; ++from)
     for (std::int64_t l = 0; l < L; ++l)
       for (std::int64_t c = 0; c < arriving[static_cast<std::size_t>(from)][static_cast<std::size_t>(l)]; ++c)
-        rows[static_cast<std::size_t>(l)].push_back(at++);
+        rows[static_cast<std::size_t>(per_source ? l * ranks + from : l)].push_back(at++);
   TANDEM_CHECK(at == M, "MixtureOfExperts: rank ", comm_ ? comm_->rank() : 0, " received ", M,
                " rows but the counts announced ", at);
   Variable processed = incoming;  // no rows: the (empty) rows themselves keep the graph connected
   if (M > 0) {
     Variables outputs;
     std::vector<std::int64_t> order;
-    for (std::int64_t l = 0; l < L; ++l) {
-      const std::vector<std::int64_t>& mine = rows[static_cast<std::size_t>(l)];
+    for (std::size_t block = 0; block < rows.size(); ++block) {
+      const std::int64_t l = per_source ? static_cast<std::int64_t>(block) / ranks : static_cast<std::int64_t>(block);
+      const std::vector<std::int64_t>& mine = rows[block];
       if (mine.empty()) continue;
       const bool all_rows = static_cast<std::int64_t>(mine.size()) == M;  // in order, then
       const Variable in = all_rows ? incoming : F::select_rows(incoming, ids_tensor(mine, device));

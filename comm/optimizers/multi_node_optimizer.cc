@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "comm/data_parallel/data_parallel.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/ops.h"
@@ -120,6 +121,17 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
                                                        const DataParallelOptions& options) {
+  if (deterministic()) {
+    // Deterministic mode sums the gradients with the order-free allreduce after backward, the
+    // same for every bucket size and overlap; ZeRO-1 and 2 then keep the whole optimizer state
+    // on every rank (the update is element-wise: the same bits). ZeRO-3's sharded parameters
+    // are not supported yet.
+    TANDEM_CHECK(options.zero < 3, "create_multi_node_optimizer: ZeRO-3 (zero = ", options.zero,
+                 ") does not run in deterministic mode (TANDEM_DETERMINISTIC=1) yet; use zero <= 2");
+    TANDEM_CHECK(!options.double_buffering, "create_multi_node_optimizer: double_buffering applies gradients a step "
+                 "late and does not run in deterministic mode (TANDEM_DETERMINISTIC=1)");
+    return create_multi_node_optimizer(std::move(optimizer), std::move(comm), options.zero_fill);
+  }
   install_data_parallel_sync(optimizer, std::move(comm), options);
   return optimizer;
 }

@@ -10,6 +10,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/weight_gradient_queue.h"
+#include "core/deterministic.h"
 #include "comm/pipeline/pipeline_messages.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -192,11 +193,17 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
         TANDEM_CHECK(mb.examples >= 1, "pipeline: every microbatch needs at least one example (its weight in the mean "
                      "loss); got ", mb.examples);
         examples_ += mb.examples;
+        TANDEM_CHECK(!training || !deterministic() || mb.examples == given->front().examples,
+                     "pipeline (deterministic mode): microbatches of ", given->front().examples, " and ", mb.examples,
+                     " examples; each microbatch is a gradient group of the mean, and they must be equal in size");
       }
     }
     static const std::vector<Microbatch> none;
     microbatches_ = given != nullptr ? given : &none;
     run_actions(training, start);
+    // Deterministic mode: each microbatch is a gradient group (core/deterministic.h), on every stage.
+    if (training && deterministic())
+      for (int m = 0; m < schedule_.microbatches; ++m) record_gradient_group();
   } catch (const detail::PipelineAbort& abort) {
     failure = abort.failure;
   } catch (const std::exception& e) {
@@ -468,7 +475,9 @@ void Pipeline::run_backward(int stage, int microbatch) {
   }
   if (stage == schedule_.stages - 1) {
     const Variable& loss = outputs[0];
-    tandem::backward({loss}, {full({}, slot->weight, loss.dtype(), loss.device())});
+    // Deterministic mode: the microbatch's own mean loss; the optimizer divides by the groups.
+    const double seed = deterministic() ? 1.0 : slot->weight;
+    tandem::backward({loss}, {full({}, seed, loss.dtype(), loss.device())});
   } else {
     Variables roots;
     for (const Variable& y : outputs)

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "autograd/engine.h"
+#include "autograd/order_free_gradients.h"
+#include "core/deterministic.h"
 #include "core/ops.h"
 
 namespace tandem {
@@ -30,7 +32,17 @@ void Optimizer::add_hook(std::shared_ptr<OptimizerHook> hook) {
 
 void Optimizer::update() {
   const LinkPtr& link = target();
+  // Deterministic mode: the gradient groups of this update are counted from here on.
+  struct GroupsReset {
+    ~GroupsReset() { reset_gradient_groups(); }
+  } reset_groups;
   if (sync_ && !sync_->before_update(*link)) return;
+  if (!sync_ && deterministic() && gradient_groups() > 1) {
+    // The mean over the groups (a sync divides by those of all its ranks).
+    const double scale = 1.0 / static_cast<double>(gradient_groups());
+    for (auto& [name, param] : link->namedparams())
+      if (param.grad().defined()) round_order_free_gradient(param, scale);
+  }
   ++t_;
   for (const auto& hook : hooks_) (*hook)(*this);
   for (auto& [name, param] : update_params()) {
