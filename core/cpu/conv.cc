@@ -26,6 +26,7 @@
 #include "core/cpu/onednn_conv.h"
 #include "core/cpu/parallel.h"
 #include "core/cpu/winograd_conv.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -210,16 +211,18 @@ void conv2d_grad_input_im2col(const Tensor& gy, const Tensor& W, const Conv2DGeo
 void conv2d_grad_weight_im2col(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
                                Tensor& gW) {
   const ConvSizes s(g, gW.size(0), groups);
-  Tensor buffers = column_buffers(s, x);
   // Each thread sums its images' products into its own slot; the slots are added at the end.
-  const std::int64_t slots = cpu::max_chunks(), wsize = gW.numel();
+  // Deterministic mode: one slot, the images in order (each product is split by tandem instead).
+  const bool in_order = deterministic();
+  const std::int64_t slots = in_order ? 1 : cpu::max_chunks(), wsize = gW.numel();
+  Tensor buffers = s.pointwise ? Tensor() : Tensor({slots, s.CK * s.ohw}, x.dtype(), x.device());
   Tensor partial({slots, wsize}, gW.dtype(), gW.device());
   TANDEM_DISPATCH_FLOAT(x.dtype(), "conv2d_grad_weight", [&] {
     const scalar_t* px = x.data<scalar_t>();
     const scalar_t* pgy = gy.data<scalar_t>();
     scalar_t* pp = partial.data<scalar_t>();
     std::fill(pp, pp + slots * wsize, scalar_t(0));
-    cpu::parallel_chunks(g.batch, s.O * s.K * s.ohw, 1, [&](std::int64_t lo, std::int64_t hi, int slot) {
+    auto images = [&](std::int64_t lo, std::int64_t hi, int slot) {
       scalar_t* buffer = s.pointwise ? nullptr : buffers.data<scalar_t>() + slot * s.CK * s.ohw;
       scalar_t* acc = pp + slot * wsize;
       for (std::int64_t n = lo; n < hi; ++n) {
@@ -230,7 +233,9 @@ void conv2d_grad_weight_im2col(const Tensor& x, const Tensor& gy, const Conv2DGe
                     s.ohw, false, true, true);
         }
       }
-    });
+    };
+    if (in_order) images(0, g.batch, 0);
+    else cpu::parallel_chunks(g.batch, s.O * s.K * s.ohw, 1, images);
     scalar_t* pg = gW.data<scalar_t>();
     std::copy(pp, pp + wsize, pg);
     for (std::int64_t t = 1; t < slots; ++t) {  // a slot no chunk used is still zero
@@ -251,6 +256,8 @@ const char* const kConvKernelNames[] = {"im2col", "onednn", "winograd"};
 template <typename Run>
 ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int64_t out_channels,
                        std::int64_t groups, DType dtype, bool bias, const Run& run) {
+  // Deterministic mode: im2col, whose products and sums run alike at any thread count.
+  if (deterministic()) return ConvKernel::im2col;
   std::vector<ConvKernel> kernels = {ConvKernel::im2col};
   if (cpu::onednn_conv_supported(g, out_channels, groups, dtype)) kernels.push_back(ConvKernel::onednn);
   if (cpu::winograd_conv_supported(g, out_channels, groups, dtype)) kernels.push_back(ConvKernel::winograd);

@@ -10,6 +10,7 @@
 
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/parallel.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/kernel_choices.h"
 
@@ -88,6 +89,10 @@ template <typename T>
 GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
   const Forced forced = forced_backend();
   if (forced.set && gemm_backend_supports<T>(forced.backend)) return forced.backend;
+  // Deterministic mode: one library per dtype, whatever the shape, timing or threads; one that
+  // takes its thread count from OpenMP, so that a serial call is serial (core/cpu/matmul.cc).
+  if (deterministic())
+    return gemm_backend_supports<T>(GemmBackend::kOneDnn) ? GemmBackend::kOneDnn : GemmBackend::kEigen;
   // The default first: measured_choice falls back on candidate 0.
   const GemmBackend fallback =
       gemm_backend_supports<T>(GemmBackend::kOpenBlas) ? GemmBackend::kOpenBlas : GemmBackend::kEigen;

@@ -14,6 +14,7 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/kernel_choices.h"
 #include "core/tensor.h"
@@ -65,6 +66,53 @@ void split_product(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n,
   }
 }
 
+// Makes the library calls of this thread serial while it lives (OpenMP's thread count for this
+// thread: oneDNN and Eigen read it at each call).
+class SerialLibraryCalls {
+ public:
+  SerialLibraryCalls() {
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+  }
+  ~SerialLibraryCalls() {
+#ifdef _OPENMP
+    omp_set_num_threads(before_);
+#endif
+  }
+
+ private:
+#ifdef _OPENMP
+  int before_ = omp_get_max_threads();
+#endif
+};
+
+// Deterministic mode (core/deterministic.h): C in fixed tiles of kTile rows (or columns, whichever
+// side is longer), each one serial library call, spread over the threads. Every element is
+// then summed by the same call at any thread count (a library that splits k over its threads
+// sums in another order at each count).
+template <typename T>
+void deterministic_product(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
+                           std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
+  constexpr std::int64_t kTile = 64;
+  const bool by_rows = m >= n;
+  const std::int64_t tiles = ((by_rows ? m : n) + kTile - 1) / kTile;
+  cpu::parallel_for(tiles, kTile * (by_rows ? n : m) * k, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+    const SerialLibraryCalls serial;
+    for (std::int64_t t = lo; t < hi; ++t) {
+      const std::int64_t begin = t * kTile, size = std::min(kTile, (by_rows ? m : n) - begin);
+      if (by_rows) {
+        // Rows begin.. of op(A): rows of A, or columns when A is stored transposed.
+        gemm_strided(ta ? a + begin : a + begin * lda, lda, b, ldb, c + begin * ldc, ldc, size, n, k, ta, tb,
+                     accumulate);
+      } else {
+        // Columns begin.. of op(B): columns of B, or rows when B is stored transposed.
+        gemm_strided(a, lda, tb ? b + begin * ldb : b + begin, ldb, c + begin, ldc, m, size, k, ta, tb, accumulate);
+      }
+    }
+  });
+}
+
 // Whether the split was measured faster than one threaded product for this class (with
 // TANDEM_GEMM forcing a library: always, as before the libraries were measured).
 template <typename T>
@@ -102,6 +150,7 @@ bool split_measured_faster(std::int64_t m, std::int64_t n, std::int64_t k, bool 
 template <typename T>
 void gemm_threaded(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
                    bool accumulate) {
+  if (deterministic()) return deterministic_product(a, ta ? m : k, b, tb ? k : n, c, n, m, n, k, ta, tb, accumulate);
   if (cpu::max_chunks() >= 2 && split_candidate(m, n, k) && split_measured_faster<T>(m, n, k, ta, tb)) {
     split_product(a, b, c, m, n, k, ta, tb, accumulate);
     return;
@@ -115,6 +164,7 @@ template <typename T>
 bool on_packed_rhs(const T* a, const Tensor& b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
                    bool tb, bool accumulate) {
   if constexpr (std::is_same_v<T, float>) {
+    if (deterministic()) return false;  // a packed product rounds otherwise than a plain one
     return cpu::gemm_packed_rhs(a, b, c, m, n, k, ta, tb, accumulate, &gemm_threaded<float>);
   } else {
     return false;
@@ -128,6 +178,8 @@ namespace cpu {
 template <typename T>
 void gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb,
           bool accumulate, std::int64_t ldc) {
+  if (deterministic())
+    return deterministic_product(a, ta ? m : k, b, tb ? k : n, c, ldc == 0 ? n : ldc, m, n, k, ta, tb, accumulate);
   gemm_strided(a, ta ? m : k, b, tb ? k : n, c, ldc == 0 ? n : ldc, m, n, k, ta, tb, accumulate);
 }
 
@@ -155,7 +207,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int6
     if (batch == 1 && on_packed_rhs(pa, b, pc, m, n, k, transpose_a, transpose_b, accumulate)) return;
     // A single product (or a batch of large ones) uses all threads inside one GEMM; many small
     // products run one per thread.
-    if (batch == 1 || m * n * k >= (1 << 18)) {
+    if (batch == 1 || m * n * k >= (1 << 18) || deterministic()) {
       for (std::int64_t i = 0; i < batch; ++i) {
         gemm_threaded(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b,
                       accumulate);

@@ -15,6 +15,7 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/parallel.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -246,22 +247,40 @@ void CpuBackend::layer_norm_forward(const Tensor& x, const Tensor& gamma, const 
 
 // ggamma and gbeta sum over the rows, so each thread adds its rows into partial sums of its own
 // (in double) and those are added in thread order at the end: deterministic for a fixed thread
-// count (OMP_NUM_THREADS), though not bitwise across different counts.
+// count (OMP_NUM_THREADS), though not bitwise across different counts. Deterministic mode
+// (core/deterministic.h) takes fixed blocks of rows instead of one chunk per thread: the same
+// sums at any thread count.
 void CpuBackend::layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                      const Tensor& rstd, std::int64_t rows, std::int64_t n, Tensor& gx,
                                      Tensor& ggamma, Tensor& gbeta) {
   if (n <= 0) return;
   TANDEM_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward", [&] {
     using T = scalar_t;
-    const std::size_t chunks = static_cast<std::size_t>(cpu::max_chunks());
+    constexpr std::int64_t kBlockRows = 64;
+    const bool fixed_blocks = deterministic();
+    const std::size_t chunks = static_cast<std::size_t>(fixed_blocks ? (rows + kBlockRows - 1) / kBlockRows
+                                                                     : cpu::max_chunks());
     const std::size_t width = static_cast<std::size_t>(n);
     // Per chunk: n sums of gy * xhat (ggamma), then n sums of gy (gbeta).
     std::vector<double> partials(chunks * 2 * width, 0.0);
-    cpu::parallel_chunks(rows, 6 * n, cpu::kElementwiseGrain, [&](std::int64_t begin, std::int64_t end, int chunk) {
-      double* part = partials.data() + static_cast<std::size_t>(chunk) * 2 * width;
+    auto run = [&](std::int64_t begin, std::int64_t end, std::size_t chunk) {
+      double* part = partials.data() + chunk * 2 * width;
       layer_norm_backward_rows(gy.data<T>(), x.data<T>(), gamma.data<T>(), mean.data<T>(), rstd.data<T>(), begin,
                                end, n, gx.data<T>(), part, part + width);
-    });
+    };
+    if (fixed_blocks) {
+      cpu::parallel_for(static_cast<std::int64_t>(chunks), 6 * n * kBlockRows, cpu::kElementwiseGrain,
+                        [&](std::int64_t first, std::int64_t last) {
+                          for (std::int64_t block = first; block < last; ++block)
+                            run(block * kBlockRows, std::min(rows, (block + 1) * kBlockRows),
+                                static_cast<std::size_t>(block));
+                        });
+    } else {
+      cpu::parallel_chunks(rows, 6 * n, cpu::kElementwiseGrain,
+                           [&](std::int64_t begin, std::int64_t end, int chunk) {
+                             run(begin, end, static_cast<std::size_t>(chunk));
+                           });
+    }
     T* pgg = ggamma.data<T>();
     T* pgb = gbeta.data<T>();
     for (std::size_t j = 0; j < width; ++j) {

@@ -8,6 +8,9 @@
 // --bucket-mb MiB started while backward runs (--overlap 0: after it), with the optimizer state
 // (--zero 1), also the gradients (--zero 2) and also the parameters (--zero 3) sharded over the
 // ranks, over --accumulate batches per update, or with ChainerMN's --double-buffering 1.
+// --global-batches 1: every rank iterates the same global batches and trains on its rows, so
+// that runs on any number of ranks take the same steps; with TANDEM_DETERMINISTIC=1 (and
+// TANDEM_DETERMINISTIC_GROUP dividing every rank's batch) bit for bit (docs/reproducibility.md).
 //
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --epoch 10
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --zero 3 --accumulate 2
@@ -45,6 +48,10 @@ int main(int argc, char** argv) {
   flags.add_double("bucket-mb", 4, "gradients travel in buckets of this many MiB (0: one per dtype)");
   flags.add_int("overlap", 1, "1: a bucket's average starts while backward runs; 0: after backward");
   flags.add_int("double-buffering", 0, "1: ChainerMN's double buffering (gradients applied one step late)");
+  flags.add_int("global-batches", 0,
+                "1: every rank iterates the same global batches of --batchsize x ranks examples and trains on its "
+                "rows of each (the run then computes the same steps on any number of ranks; with "
+                "TANDEM_DETERMINISTIC=1, bit for bit)");
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_data_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -54,10 +61,14 @@ int main(int argc, char** argv) {
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
                   units = flags.get_int("unit");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
-  manual_seed(seed + rank);  // different initial weights: the first update broadcasts rank 0's
+  // --global-batches: every rank iterates the same global batches and takes its rows of each;
+  // the replicas start equal, so that no step is lost to broadcasting rank 0's weights.
+  const bool global_batches = flags.get_int("global-batches") != 0;
+  // Otherwise different initial weights: the first update broadcasts rank 0's.
+  manual_seed(global_batches ? seed : seed + rank);
 
   auto [mnist_train, mnist_test] = examples::get_mnist(flags);
-  DatasetPtr train = scatter_dataset(mnist_train, *comm, 0, /*shuffle=*/true, seed);
+  DatasetPtr train = global_batches ? mnist_train : scatter_dataset(mnist_train, *comm, 0, /*shuffle=*/true, seed);
   DatasetPtr test = scatter_dataset(mnist_test, *comm, 0, /*shuffle=*/true, seed);
 
   auto mlp = std::make_shared<examples::MLP>(units, 10);
@@ -82,7 +93,10 @@ int main(int argc, char** argv) {
   comm->set_device(device);
   model->to(device);
   optimizer->setup(model);
-  auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
+  std::shared_ptr<Iterator> train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
+  if (global_batches)
+    train_iter = std::make_shared<ReplicaRowsIterator>(
+        std::make_shared<SerialIterator>(train, batchsize * comm->size(), true, true, seed), rank, comm->size());
   auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
   auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer);
   updater->set_accumulation(static_cast<int>(flags.get_int("accumulate")));
@@ -92,7 +106,8 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("train_mnist_data_parallel: %d ranks, %lld train / %lld test examples per rank; # unit: %lld  "
                 "# minibatch: %lld per rank  # epoch: %lld  zero %d, accumulate %lld, buckets of %g MiB%s%s\n",
-                comm->size(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), units,
+                comm->size(), static_cast<long long>(global_batches ? train->size() / comm->size() : train->size()),
+                static_cast<long long>(test->size()), units,
                 batchsize, epochs, parallel.zero, static_cast<long long>(flags.get_int("accumulate")),
                 parallel.bucket_mb, parallel.overlap ? " overlapped with backward" : " after backward",
                 parallel.double_buffering ? ", double buffering" : "");
