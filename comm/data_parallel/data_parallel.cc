@@ -248,13 +248,12 @@ void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool ze
 
   // 3. Deterministic mode: the order-free sum over the ranks, divided by the batch's number of
   // gradient groups (`scale` turns the mean over these ranks into the mean over the batch: these
-  // ranks see that share of its groups).
+  // ranks see that share of its groups). A parameter that no rank gave a gradient stays without
+  // one even with zero_fill, as in one process: the update must not depend on the layout.
   if (deterministic()) {
     std::vector<Variable> present;
-    for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::size_t i = 0; i < all.size(); ++i)
       if (!with[i].empty()) present.push_back(all[i].param);
-      else if (zero_fill) all[i].param.set_grad(zeros(all[i].param.shape(), all[i].param.dtype(), all[i].param.data().device()));
-    }
     const std::uint64_t digest = params_digest(all);
     const std::int64_t groups = gradient_groups_over(comm, scale, digest, "multi_node_mean_grad");
     order_free_allreduce_grads(comm, present, 1.0 / static_cast<double>(groups), digest, "multi_node_mean_grad");
