@@ -25,18 +25,21 @@ Tensor rounded(const OrderFreeSum& sum, const Tensor& like, double scale) {
   return out;
 }
 
-// The variable's sum, current with its grad: started again where the grad is gone or was set
-// by someone else.
+// The variable's sum, current with its grad. A grad that is not the rounding of the sum (the
+// first term, kept as it came, or one set by someone else) is the sum of one term: the sum
+// starts from it here, when a second term or a data-parallel sync needs it.
 OrderFreeSum& current_sum(VariableImpl& v) {
   const std::int64_t n = v.data.numel();
   if (!v.grad_sum || v.grad_sum->size() != n) v.grad_sum = std::make_shared<OrderFreeSum>(n);
   const bool ours = v.grad.defined() && v.grad_sum_storage.lock() == v.grad.storage();
   if (!ours) {
-    v.grad_sum->clear();
     if (v.grad.defined()) {
       check_supported(v.grad, "the gradient");
-      add_term(*v.grad_sum, v.grad);
+      if (v.grad.dtype() == DType::f32) v.grad_sum->assign(v.grad.data<float>());
+      else v.grad_sum->assign(v.grad.data<double>());
       v.grad_sum_storage = v.grad.storage();  // the sum is now this grad's
+    } else {
+      v.grad_sum->clear();
     }
   }
   return *v.grad_sum;
@@ -46,6 +49,16 @@ OrderFreeSum& current_sum(VariableImpl& v) {
 
 void deliver_order_free(VariableImpl& v, const Tensor& gradient) {
   check_supported(gradient, "a gradient");
+  if (!v.grad.defined() && gradient.dtype() == DType::f32) {
+    // The first term: the sum of one float is the float itself (it has no bits below the sum's
+    // lowest level), zero's sign aside: -0 + 0 makes it +0, as the sum has it. The grad is that,
+    // and is sliced only when more terms come (or a data-parallel sync needs the sum).
+    v.grad = gradient.storage().use_count() > 1 ? gradient.clone() : gradient;
+    float* g = v.grad.data<float>();
+    for (std::int64_t i = 0, n = v.grad.numel(); i < n; ++i) g[i] += 0.0f;
+    v.grad_sum_storage.reset();
+    return;
+  }
   OrderFreeSum& sum = current_sum(v);
   add_term(sum, gradient);
   v.grad = rounded(sum, gradient, 1.0);

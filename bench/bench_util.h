@@ -16,6 +16,7 @@
 #include <omp.h>
 #endif
 
+#include "core/deterministic.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "cuda/cuda.h"
@@ -81,9 +82,12 @@ inline std::string threads_tag(int threads) {
 }
 
 // Prints "name=tandem.<id> <tags> iters=.. median_ms=.. min_ms=.. max_ms=.." without a newline.
+// Under deterministic mode (TANDEM_DETERMINISTIC=1, core/deterministic.h) the id ends in ".det",
+// so that both modes compare in one table.
 inline void print_stats(const std::string& id, const std::string& tags, const Stats& s) {
-  std::printf("name=tandem.%s lib=tandem %s iters=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f", id.c_str(), tags.c_str(),
-              s.iters, s.median_ms, s.min_ms, s.max_ms);
+  const char* det = deterministic() ? ".det" : "";
+  std::printf("name=tandem.%s%s lib=tandem %s iters=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f", id.c_str(), det,
+              tags.c_str(), s.iters, s.median_ms, s.min_ms, s.max_ms);
 }
 
 // The thread counts to run: BENCH_THREADS="1 2" (default both).

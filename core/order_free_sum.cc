@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/cpu/parallel.h"
 #include "core/error.h"
@@ -10,11 +11,31 @@ namespace tandem {
 
 namespace {
 
+// 2^e for a normal exponent (-1022 <= e <= 1023), from its bits (std::ldexp is a library call).
+inline double power_of_two(int e) {
+  const std::uint64_t bits = static_cast<std::uint64_t>(e + 1023) << 52;
+  double out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+inline bool normal_exponent(int e) { return e >= -1022 && e <= 1023; }
+
 // The grid level of a nonzero finite x: the L with 2^(L*W) <= |x| < 2^((L+1)*W), rounded down.
-std::int16_t level_of(double x) {
-  const int e = std::ilogb(x);  // 2^e <= |x| < 2^(e+1)
+inline std::int16_t level_of(double x) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const int field = static_cast<int>((bits >> 52) & 0x7ff);
+  const int e = field != 0 ? field - 1023 : std::ilogb(x);  // 2^e <= |x| < 2^(e+1)
   const int w = OrderFreeSum::kLevelBits;
   return static_cast<std::int16_t>(e >= 0 ? e / w : -((-e + w - 1) / w));
+}
+
+// The part of x worth whole multiples of 2^e, truncated towards zero: exact (scaling by powers of
+// two and truncation are), by multiplication where both scales are normal numbers.
+inline double whole_multiples(double x, int e) {
+  if (normal_exponent(e) && normal_exponent(-e)) return std::trunc(x * power_of_two(-e)) * power_of_two(e);
+  return std::ldexp(std::trunc(std::ldexp(x, -e)), e);
 }
 
 // Elements per chunk of the parallel loops below (each element costs a few dozen operations).
@@ -61,8 +82,7 @@ void OrderFreeSum::add_one(std::int64_t i, double x) {
   // 2^(L*W); scaling by powers of two, truncation and the subtraction are all exact.
   double rest = x;
   for (int k = 0; k < kLevels && rest != 0.0; ++k) {
-    const int exponent = (top_[i] - k) * kLevelBits;
-    const double q = std::ldexp(std::trunc(std::ldexp(rest, -exponent)), exponent);
+    const double q = whole_multiples(rest, (top_[i] - k) * kLevelBits);
     s[k] += q;
     rest -= q;
   }
@@ -77,6 +97,26 @@ void OrderFreeSum::add(const float* values) {
 void OrderFreeSum::add(const double* values) {
   cpu::parallel_for(size(), kCost, kGrain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) add_one(i, values[i]);
+  });
+}
+
+void OrderFreeSum::assign(const float* values) {
+  cpu::parallel_for(size(), kCost, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      top_[i] = kEmpty;
+      std::fill(element(i), element(i) + kLevels, 0.0);
+      add_one(i, static_cast<double>(values[i]));
+    }
+  });
+}
+
+void OrderFreeSum::assign(const double* values) {
+  cpu::parallel_for(size(), kCost, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      top_[i] = kEmpty;
+      std::fill(element(i), element(i) + kLevels, 0.0);
+      add_one(i, values[i]);
+    }
   });
 }
 

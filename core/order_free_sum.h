@@ -38,6 +38,9 @@ class OrderFreeSum {
   // Adds one term: size() values.
   void add(const float* values);
   void add(const double* values);
+  // Starts again from one term (clear() and add() in one pass).
+  void assign(const float* values);
+  void assign(const double* values);
   // Adds all of `other`'s terms (the same size).
   void merge(const OrderFreeSum& other);
 

@@ -94,7 +94,7 @@ class SerialLibraryCalls {
 template <typename T>
 void deterministic_product(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
                            std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
-  constexpr std::int64_t kTile = 64;
+  constexpr std::int64_t kTile = 256;
   const bool by_rows = m >= n;
   const std::int64_t tiles = ((by_rows ? m : n) + kTile - 1) / kTile;
   cpu::parallel_for(tiles, kTile * (by_rows ? n : m) * k, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
