@@ -3,7 +3,8 @@
 # updates are bit-identical across thread counts, data-parallel degrees 1-4 at the same global
 # batch, gradient accumulation, ZeRO stages and bucket sizes, pipeline schedules, and expert
 # parallelism, on the MLP (Fashion-MNIST), the character LM and its mixture-of-experts version
-# (fortunes). The parameters are compared by their digests (training/digests.h) at the start of
+# (fortunes); with tensor parallelism across data parallelism, and within float rounding of one
+# unsplit process. The parameters are compared by their digests (training/digests.h) at the start of
 # step 4, by name over all ranks (a pipeline stage's prefix dropped).
 set -uo pipefail
 t="$TEST_TMPDIR"
@@ -74,6 +75,27 @@ if [ -d /usr/share/games/fortunes ]; then
   run lm_pp2_interleaved 2 1 "${lm[@]}" --pp 2 --microbatches 12 --schedule interleaved --stages-per-rank 2
   run lm_pp2_dp2 4 1 "${lm[@]}" --pp 2 --microbatches 6
   same lm_dp1 lm_dp1_t1 lm_dp2 lm_dp3 lm_dp4 lm_pp2_gpipe lm_pp2_1f1b_dw lm_pp2_interleaved lm_pp2_dp2
+
+  # Tensor parallelism splits the products themselves: at a fixed --tp the bits hold across data
+  # parallelism (each tensor rank's slices equal), and against --tp 1 the logged losses agree to
+  # float rounding (a relative 1e-5).
+  run lm_tp2 2 1 "${lm[@]}" --tp 2 --microbatches 12
+  run lm_tp2_dp2 4 1 "${lm[@]}" --tp 2 --microbatches 6
+  for r in 0 1 2 3; do
+    cmp -s <(awk -F'\t' '$1 == 4 && $2 == "param"' "$t/lm_tp2/digests.rank$((r % 2)).tsv" | cut -f4-) \
+      <(awk -F'\t' '$1 == 4 && $2 == "param"' "$t/lm_tp2_dp2/digests.rank$r.tsv" | cut -f4-) \
+      || fail "lm_tp2_dp2 rank $r differs from lm_tp2 rank $((r % 2))"
+  done
+  echo "lm_tp2_dp2 = lm_tp2 (by tensor rank)"
+  /usr/bin/python3 - "$t/out-lm_dp1/log" "$t/out-lm_tp2/log" <<'PY' || fail "lm_tp2's losses are not lm_dp1's"
+import json, sys
+a, b = (json.load(open(path)) for path in sys.argv[1:3])
+for x, y in zip(a, b):
+    for key in ("main/loss", "validation/main/loss"):
+        if abs(x[key] - y[key]) > 1e-5 * abs(x[key]):
+            sys.exit(f"iteration {x['iteration']}: {key} {x[key]} against {y[key]}")
+print(f"lm_tp2 ~ lm_dp1: {len(a)} log entries within a relative 1e-5")
+PY
 
   # Its mixture of experts: 4 experts per block, over 1, 2 and 4 ranks.
   run moe_dp1 1 2 "${lm[@]}" --experts 4 --microbatches 12
