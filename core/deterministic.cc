@@ -19,8 +19,19 @@ std::int64_t env_int(const char* name, std::int64_t fallback, std::int64_t lowes
   return value;
 }
 
+// TANDEM_DETERMINISTIC=1 (or "true", "on"); 0, "false", "off" or unset: off. The CUDA backend
+// reads the same variable (cuda/cuda.h): its convolutions are deterministic unless it says 0.
+bool env_on(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == 0) return false;
+  const std::string v = text;
+  if (v == "1" || v == "true" || v == "on") return true;
+  TANDEM_CHECK(v == "0" || v == "false" || v == "off", name, "='", text, "': expected 1, true, on, 0, false or off");
+  return false;
+}
+
 std::atomic<int>& mode() {
-  static std::atomic<int> on{static_cast<int>(env_int("TANDEM_DETERMINISTIC", 0, 0) != 0)};
+  static std::atomic<int> on{env_on("TANDEM_DETERMINISTIC") ? 1 : 0};
   return on;
 }
 

@@ -4,6 +4,9 @@
 //
 //   TANDEM_DETERMINISTIC=1, or set_deterministic(true) before the first backward.
 //
+// (The CUDA backend reads the same variable: its convolutions keep to deterministic cuDNN
+// algorithms unless it is 0, cuda/cuda.h. Deterministic mode is about the CPU's sums.)
+//
 // What it changes:
 // - A parameter's gradient is the order-free sum (core/order_free_sum.h) of every gradient that
 //   backward delivers to it (autograd/engine.cc): whatever order microbatches, time steps or

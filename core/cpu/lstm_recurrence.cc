@@ -28,6 +28,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/parallel.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -108,7 +109,9 @@ class SpinBarrier {
 // How many threads share the units: 0 where the loop should run cell by cell (one thread, a
 // dtype without serial products, or steps too small to split).
 int team_size(const std::vector<std::int64_t>& batch_sizes, std::int64_t H, DType dtype) {
-  if (batch_sizes.empty() || (dtype != DType::f32 && dtype != DType::f64)) return 0;
+  // Deterministic mode: cell by cell, whose products are cut alike at any thread count (a
+  // thread's share of the units would change each product's shape with the count).
+  if (batch_sizes.empty() || (dtype != DType::f32 && dtype != DType::f64) || deterministic()) return 0;
   const std::int64_t threads = std::min<std::int64_t>(cpu::max_chunks(), H / kUnitAlignment);
   if (threads < 2 || 8.0 * double(batch_sizes[0]) * double(H) * double(H) < kMinStepFlops) return 0;
   return static_cast<int>(threads);

@@ -83,3 +83,31 @@ TEST_CASE("deterministic kernels: layer normalization's parameter gradients at a
                 [&] { return layer_norm_backward(gy, x, gamma, forward.mean, forward.rstd).gbeta; });
   set_deterministic(false);
 }
+
+TEST_CASE("deterministic kernels: the LSTM recurrence at any thread count") {
+  set_deterministic(true);
+  Generator g(10);
+  const std::int64_t B = 32, H = 256, T = 5;
+  const std::vector<std::int64_t> batch_sizes(T, B);
+  const Tensor projection = randn({T * B, 4 * H}, g), wh = randn({4 * H, H}, g, 0, 0.05);
+  const Tensor h0 = randn({B, H}, g), c0 = randn({B, H}, g), ghs = randn({T * B, H}, g);
+  auto forward = [&](Tensor& gates, Tensor& hs, Tensor& cs) {
+    gates = projection.clone();
+    hs = zeros({T * B, H});
+    cs = zeros({T * B, H});
+    lstm_recurrence_forward_(batch_sizes, gates, wh, h0, c0, hs, cs);
+  };
+  check_threads("lstm_recurrence_forward_", [&] {
+    Tensor gates, hs, cs;
+    forward(gates, hs, cs);
+    return hs;
+  });
+  check_threads("lstm_recurrence_backward_", [&] {
+    Tensor gates, hs, cs;
+    forward(gates, hs, cs);
+    Tensor dh = zeros({B, H}), dc = zeros({B, H}), ggates = zeros({T * B, 4 * H});
+    lstm_recurrence_backward_(batch_sizes, gates, cs, c0, wh, ghs, dh, dc, ggates);
+    return ggates;
+  });
+  set_deterministic(false);
+}
