@@ -14,7 +14,7 @@ namespace tandem {
 // Every rank passes the same parameters (checked with `digest`, naming `operation`); a
 // parameter without a gradient on this rank takes part as an empty sum. Afterwards each has the
 // gradient (the sum over the ranks of its order-free sum) x scale, rounded. Two collectives: an
-// allgather of each element's top level (2 bytes), then an allreduce of the aligned slices
+// allgather of each element's top level (as 4 bytes), then an allreduce of the aligned slices
 // (OrderFreeSum::kLevels doubles), which adds exactly in any order.
 void order_free_allreduce_grads(Communicator& comm, std::vector<Variable>& params, double scale,
                                 std::uint64_t digest, const char* operation);
