@@ -70,7 +70,7 @@ namespace {
 constexpr std::int64_t kDefaultBatch = 64, kWidth = 2048, kLayers = 8, kBatches = 4;
 
 // BENCH_BATCH=512: the batch per rank (64 unless set). Across slow links the step needs more
-// compute than communication before overlapping the two can pay (see README, across hosts); ids
+// compute than communication before overlapping the two can pay (see docs/across-hosts.md); ids
 // then end in ".b<batch>", so they never meet the batch-64 references.
 std::int64_t batch() {
   static const std::int64_t b = [] {

@@ -32,7 +32,7 @@ bool allow_tf32();
 // run (on by default). Off, cuDNN may also run the backward passes' ALGO_0 and the weight
 // gradient's ALGO_3, which add with atomics (still exact FP32 sums, in a varying order), as
 // PyTorch does unless torch.backends.cudnn.deterministic is set: its weight gradients are
-// several times faster (README, GPU). The environment variable TANDEM_DETERMINISTIC=0 sets the
+// several times faster (docs/gpus.md). The environment variable TANDEM_DETERMINISTIC=0 sets the
 // starting value.
 void set_deterministic(bool deterministic);
 bool deterministic();

@@ -2,7 +2,7 @@
 // cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8), as PyTorch's nn.LSTM runs on a GPU.
 // Cell by cell, a [64, 256] LSTM step is a small GEMM, cuBLAS's split-K reduction and the fused
 // cell, forward and backward: hundreds of launches per batch, each a few microseconds of work
-// (README, GPU). cuDNN runs the same recurrence in a handful of calls.
+// (docs/performance.md, GPU). cuDNN runs the same recurrence in a handful of calls.
 //
 // Semantics are n_step_lstm's: cuDNN's LSTM has the same gate order (i, f, a, o for the linear
 // layers 0-3 on the input and 4-7 on the hidden state) and two biases per gate

@@ -18,7 +18,7 @@
 #    the tail of each failure's output and a summary line.
 # 3. train: the examples on the GPU, side by side (train_mnist --gpu 0; train_mnist_model_parallel
 #    --gpu 0 on 2 ranks sharing the GPU; seq2seq_model_parallel --gpu 0 on 2 ranks), short runs
-#    whose final accuracy is compared with the same commands on the CPU (README, GPU section).
+#    whose final accuracy is compared with the same commands on the CPU (docs/gpus.md).
 # 4. memcheck: every staged GPU test again under `compute-sanitizer --tool memcheck`; a report of
 #    any error fails the test.
 # 5. bench: the benchmarks with what time is left (scripts/bench_gpu.sh: tandem, raw

@@ -28,7 +28,7 @@ struct DataParallelOptions {
   // (comm/transport/background_progress.h). It runs where MPI was started at
   // MPI_THREAD_MULTIPLE, which tandem does when the launch spans more than one host
   // (TANDEM_MPI_PROGRESS=auto): across 2 simulated hosts at 1 Gbit/s, batch 1024 per rank, it
-  // took the overlapped step from 0.93x to 0.78x of averaging after backward (README, "Data
+  // took the overlapped step from 0.93x to 0.78x of averaging after backward (docs/performance.md, "Data
   // parallelism across hosts"). Elsewhere it does nothing.
   bool background_progress = true;
   // ChainerMN's double_buffering: the gradients averaged at step t are applied at step t+1,

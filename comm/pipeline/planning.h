@@ -1,7 +1,7 @@
 // Planning a pipeline far larger than the machine at hand: the simulated bubble and peak stored
 // activations per rank of GPipe, 1F1B and interleaved 1F1B over a grid of pipeline depths and
 // microbatch counts, with equal stages. What `bazel run //comm/pipeline:simulate -- --table`
-// prints (and README.md shows).
+// prints (and docs/pipelines.md shows).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 //
 // Why: with several ranks per host, a flat allreduce has every rank exchange its share with
 // ranks on other hosts, so the host's network link carries the data once per rank (measured
-// with 2 simulated hosts of 2 ranks on 1 Gbit/s links: README, "Across hosts"). Summing within
+// with 2 simulated hosts of 2 ranks on 1 Gbit/s links: docs/performance.md, "Across hosts"). Summing within
 // the host first (shared memory) sends each host's data over the link once.
 //
 // The headers have been exchanged and checked on the whole communicator before the data phase

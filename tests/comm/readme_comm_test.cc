@@ -1,5 +1,5 @@
-// The README's communication snippet, compiled and run on 2 ranks, so it cannot rot; the
-// model-parallel MLP's gradients are checked against the same MLP on one process.
+// The communication snippet of docs/communication.md, compiled and run on 2 ranks, so it cannot
+// rot; the model-parallel MLP's gradients are checked against the same MLP on one process.
 #include <catch2/catch.hpp>
 
 #include "autograd/functions.h"

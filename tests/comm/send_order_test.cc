@@ -103,7 +103,7 @@ TEST_CASE("send_each: the README snippet, with the delegate joined to a value") 
   if (comm.rank() == 0) {
     Variable a(a_data(), true), b(b_data(), true);
     Variable h(uniform({4}, 9, -1, 1, DType::f64), true);
-    // As in the README: both go to rank 1 in the order written, and backward from y runs both.
+    // As in docs/communication.md: both go to rank 1 in the order written, and backward from y runs both.
     Variable phi = F::send_each({a, b}, comm, 1);
     Variable y = F::pseudo_connect(phi, F::mul(h, 2.0));
     F::sum(y).backward();

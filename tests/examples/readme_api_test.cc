@@ -57,7 +57,7 @@ TEST_CASE("the README API snippet compiles and computes what it says", "[readme]
 
 namespace readme {
 
-// The README's model-and-training snippet, run for three iterations.
+// The model-and-training snippet of docs/training.md, run for three iterations.
 class MLP : public Chain {
  public:
   MLP() {

@@ -151,7 +151,7 @@ TEST_CASE("the simulate tool prints the summary and timeline and writes the trac
 }
 
 TEST_CASE("the README's pipeline snippet runs", "[readme]") {
-  // As in README.md ("Pipeline schedules and the simulator"), printing into a string.
+  // As in docs/pipelines.md ("Pipeline schedules and the simulator"), printing into a string.
   Schedule s = interleaved_1f1b(/*ranks=*/4, /*stages_per_rank=*/2, /*microbatches=*/8);
   validate(s);
   check_deadlock_free(s);
