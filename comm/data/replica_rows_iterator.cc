@@ -17,8 +17,8 @@ Example ReplicaRowsIterator::next() {
   if (batch.empty()) return batch;
   const std::int64_t examples = batch[0].dim() >= 1 ? batch[0].size(0) : 0;
   const Share rows = share_of(examples, replica_, replicas_);
-  TANDEM_CHECK(rows.size() > 0, "ReplicaRowsIterator: a global batch of ", examples, " example(s) leaves none to replica ",
-               replica_, " of ", replicas_);
+  TANDEM_CHECK(rows.size() > 0, "ReplicaRowsIterator: a global batch of ", examples,
+               " example(s) leaves none to replica ", replica_, " of ", replicas_);
   Example mine;
   for (const Tensor& field : batch) {
     TANDEM_CHECK(field.dim() >= 1 && field.size(0) == examples, "ReplicaRowsIterator: field ", field.description(),

@@ -11,8 +11,8 @@
 
 namespace tandem {
 
-void order_free_allreduce_grads(Communicator& comm, std::vector<Variable>& params, double scale,
-                                std::uint64_t digest, const char* operation) {
+void order_free_allreduce_grads(Communicator& comm, std::vector<Variable>& params, double scale, std::uint64_t digest,
+                                const char* operation) {
   std::vector<OrderFreeSum*> sums;
   std::int64_t total = 0;
   for (Variable& p : params) {
@@ -32,7 +32,8 @@ void order_free_allreduce_grads(Communicator& comm, std::vector<Variable>& param
     TANDEM_CHECK(theirs.numel() == total, operation, " (deterministic mode): rank ", comm.rank(), " sums ", total,
                  " gradient elements, another rank ", theirs.numel());
     const std::int32_t* t = theirs.data<std::int32_t>();
-    for (std::int64_t i = 0; i < total; ++i) levels[i] = std::max<std::int16_t>(levels[i], static_cast<std::int16_t>(t[i]));
+    for (std::int64_t i = 0; i < total; ++i)
+      levels[i] = std::max<std::int16_t>(levels[i], static_cast<std::int16_t>(t[i]));
   }
   // 2. The slices at those levels, added over the ranks: exact, so in any order.
   Tensor slices({total * OrderFreeSum::kLevels}, DType::f64);

@@ -16,8 +16,8 @@ namespace tandem {
 // gradient (the sum over the ranks of its order-free sum) x scale, rounded. Two collectives: an
 // allgather of each element's top level (as 4 bytes), then an allreduce of the aligned slices
 // (OrderFreeSum::kLevels doubles), which adds exactly in any order.
-void order_free_allreduce_grads(Communicator& comm, std::vector<Variable>& params, double scale,
-                                std::uint64_t digest, const char* operation);
+void order_free_allreduce_grads(Communicator& comm, std::vector<Variable>& params, double scale, std::uint64_t digest,
+                                const char* operation);
 
 // The number of gradient groups over the ranks of `comm` (record_gradient_group; a rank that
 // counted none, having run its own backward passes, counts as one), divided by `share` (the

@@ -43,9 +43,10 @@ TEST_CASE("deterministic kernels: products at any thread count") {
   };
   // Forward products, and the weight gradients' (long k = rows, small m x n) where a library may
   // split k over threads.
-  for (const Case& c : {Case{6, 1000, 784, false, true}, Case{1000, 784, 6, true, false}, Case{64, 64, 8192, true, false},
-                        Case{16, 16, 65536, true, false}, Case{512, 512, 512, false, false}, Case{3, 5, 7, false, false},
-                        Case{256, 96, 4096, true, false}}) {
+  for (const Case& c :
+       {Case{6, 1000, 784, false, true}, Case{1000, 784, 6, true, false}, Case{64, 64, 8192, true, false},
+        Case{16, 16, 65536, true, false}, Case{512, 512, 512, false, false}, Case{3, 5, 7, false, false},
+        Case{256, 96, 4096, true, false}}) {
     const Tensor a = randn(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, g);
     const Tensor b = randn(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, g);
     check_threads("matmul " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k),

@@ -25,7 +25,7 @@ std::vector<std::vector<float>> make_terms(int terms, int n, unsigned seed) {
   for (auto& term : all)
     for (float& x : term) x = std::ldexp(normal(rng), binade(rng));
   for (int j = 0; j < n; j += 7) all[0][j] = 0.0f;  // zeros
-  all[1][3] = -all[2][3];                            // a pair that cancels exactly
+  all[1][3] = -all[2][3];                           // a pair that cancels exactly
   return all;
 }
 
