@@ -4,8 +4,9 @@
 // when the rank would otherwise idle. tandem goes one step further and batches them: a product
 // dW += dY^T X over 32 rows moves the whole weight and its gradient through memory for little
 // arithmetic, so a pipeline's small microbatches ran at a fraction of the big batch's rate (the
-// deep MLP's stage: 70 GFLOP/s at 8 microbatches of 32 rows, 106 at one of 256). Queued, the
-// weight gradients of every microbatch become one product over all their rows.
+// deep MLP's stage: docs/performance.md, "Pipelines"; bench ids pp.mlp.train.single.t1.m8 and
+// .m8.dw). Queued, the weight gradients of every microbatch become one product over all their
+// rows.
 //
 //   WeightGradientQueue queue;
 //   { WeightGradientQueue::Scope deferring(queue);  tandem::backward(...);  }  // per microbatch

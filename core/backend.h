@@ -280,10 +280,11 @@ class Backend {
                                         std::int64_t outer, std::int64_t channels, std::int64_t inner,
                                         Tensor& sum_gy, Tensor& sum_gy_xmu) = 0;
 
-  // Layer normalisation over x viewed as [rows, n] (rows > 0, n > 0: the front end handles
-  // empty inputs): each row is normalised over its n features. gamma and beta are [n], mean and
-  // rstd [rows], all of x's dtype. Fused, because composing it from broadcasting element-wise
-  // ops and reductions cost ~20% of a transformer's training step on the CPU.
+  // Layer normalisation over x viewed as [rows, n] (rows > 0, n > 0: the front end handles empty
+  // inputs): each row is normalised over its n features. gamma and beta are [n], mean and rstd
+  // [rows], all of x's dtype. Fused, because composing it from broadcasting element-wise ops and
+  // reductions took a large share of a transformer's training step on the CPU (docs/performance.md,
+  // "Costs outside the products").
   // The defaults (core/ops/normalization.cc) compose it from the front-end operations, for a
   // backend without fused kernels (tests/comm's stand-in device); CPU and CUDA override them.
   //

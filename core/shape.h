@@ -17,8 +17,8 @@ namespace tandem {
 
 // A vector of extents (the std::vector<std::int64_t> interface that shapes use, and conversions
 // both ways) holding up to six in place: a tensor's shape was a heap block, so copying a tensor
-// handle, making a variable or recording a function each allocated, and a small op made about
-// nineteen allocations, a third of its instructions in malloc and free.
+// handle, making a variable or recording a function each allocated, and a small op spent much of
+// its time in malloc and free (docs/performance.md, "Costs outside the products").
 class Shape {
  public:
   using value_type = std::int64_t;

@@ -1,8 +1,8 @@
 // A lock for sections of a few dozen instructions that are almost never contended (the flight
 // recorder's ring, touched by every communication call): taking and releasing it is one atomic
-// exchange and one store, where a std::mutex costs a call into pthreads each way (about 55
-// instructions a pair, 4 pairs in every small collective). A waiter spins briefly, then yields,
-// so a holder that was preempted gets the core back.
+// exchange and one store, where a std::mutex costs a call into pthreads each way, 4 pairs in every
+// small collective (what that cost: docs/performance.md, "What a small message costs"). A waiter
+// spins briefly, then yields, so a holder that was preempted gets the core back.
 #pragma once
 
 #include <atomic>

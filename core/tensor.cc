@@ -333,9 +333,10 @@ namespace {
 template <typename Draw>
 Tensor random_tensor(const Shape& shape, DType dtype, Device device, const char* op, Draw draw) {
   TANDEM_CHECK(is_floating(dtype), op, ": needs a floating dtype, got ", dtype_name(dtype));
-  // Drawn in double and rounded to the dtype as it is written: the same numbers as a draw into
-  // f64 cast afterwards, without an f64 copy twice the size (which then stayed in the block cache
-  // and served a later tensor of half its size: the MLP benchmark's peak held 4 MB for nothing).
+  // Drawn in double and rounded to the dtype as it is written: the same numbers as a draw into f64
+  // cast afterwards, without an f64 copy twice the size (which then stayed in the block cache and
+  // served a later tensor of half its size, raising the MLP benchmark's peak: docs/performance.md,
+  // "Peak memory against LibTorch").
   Tensor host(shape, dtype);
   if (dtype == DType::f32) {
     float* values = host.data<float>();

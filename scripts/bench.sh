@@ -27,11 +27,12 @@
 #   BENCH_INTERLEAVE=1 scripts/bench.sh      family by family (gemm, mlp, conv, ...): each family's
 #                                            anchors, then its tandem benchmarks, each in its own
 #                                            sub-run ($BENCH_OUT/<family>/), the tables over all of
-#                                            them. This machine's speed changes by 10-30% from one
-#                                            quarter of an hour to the next; a plain sitting runs
-#                                            every anchor first and tandem's benchmarks 5-15 minutes
-#                                            later, so a ratio can carry that change. Interleaved,
-#                                            the two sides of a ratio run minutes apart at most.
+#                                            them. This machine's speed drifts from one quarter of
+#                                            an hour to the next; a plain sitting runs every anchor
+#                                            first and tandem's benchmarks well after, so a ratio
+#                                            can carry that drift (docs/performance.md, its opening
+#                                            and "Running the benchmarks"). Interleaved, the two
+#                                            sides of a ratio run minutes apart at most.
 #
 # Results: $BENCH_OUT/tandem.txt (every tandem line, its median run), raw.txt (everything the
 # tandem benchmarks printed, every run, the raw MPI lines of comm_bench included), picked.txt (the
@@ -57,9 +58,10 @@ export OMP_WAIT_POLICY=PASSIVE
 # they were before fixed choices became the default; TANDEM_KERNEL_TUNING=fixed measures those.
 export TANDEM_KERNEL_TUNING=${TANDEM_KERNEL_TUNING:-measure}
 # OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) override OpenBLAS's own processor detection. A shell
-# that sets them (this workplace's sets Haswell) makes LibTorch's products run older kernels, up to
-# 3x slower on an AVX-512 machine, which flatters every ratio against it. Both sides run with
-# OpenBLAS's own detection unless BENCH_OPENBLAS_ENV=keep (env.txt records what was in force).
+# that sets them (this workplace's sets Haswell) makes LibTorch's products run older kernels, far
+# slower on an AVX-512 machine (docs/performance.md, "Running the benchmarks"), which flatters
+# every ratio against it. Both sides run with OpenBLAS's own detection unless
+# BENCH_OPENBLAS_ENV=keep (env.txt records what was in force).
 if [[ "${BENCH_OPENBLAS_ENV:-}" != keep ]]; then unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; fi
 
 OUT=${BENCH_REPORT:-${BENCH_OUT:-/tmp/tandem-bench/$(date +%Y%m%d-%H%M%S)}}
@@ -260,8 +262,9 @@ run_tandem_suite() {
 # The suite REPS times, as the anchors run theirs; each line (the raw MPI lines of comm_bench
 # too) is then the run whose time is the median of its runs, picked by ../shared/bench/aggregate.sh
 # as the anchors' are (runs that runq found noisy count only when all are). One run of a benchmark
-# could land in a burst of the machine's noise (a whole line 1.5-2x slow while the same work
-# measured in the next line of the process was not); the median of three does not.
+# could land in a burst of the machine's noise (a whole line far slower while the same work
+# measured in the next line of the process was not: docs/performance.md, "Running the
+# benchmarks"); the median of three does not.
 run_tandem_all() {
   : > "$RAW"
   [[ -x "$RUNQ" ]] || echo "# no $RUNQ (run_all.sh builds it): tandem lines carry no noise=" >&2

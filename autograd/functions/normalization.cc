@@ -121,7 +121,8 @@ class FixedBatchNormalization : public FunctionNode {
 };
 
 // One fused kernel each way (core/ops/normalization.h) where the composed form took nine
-// broadcasting functions and their gradients: ~20% of a transformer's CPU step went there.
+// broadcasting functions and their gradients, a large share of a transformer's CPU step
+// (docs/performance.md, "Costs outside the products").
 class LayerNormalization : public FunctionNode {
  public:
   explicit LayerNormalization(double eps) : eps_(eps) {}

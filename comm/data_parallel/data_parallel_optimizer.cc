@@ -313,8 +313,9 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     // Sharded gradients or parameters exist to save memory; the CPU block cache (which keeps
     // freed blocks resident) is capped at about the working set of a step: two links gathered
     // and a third arriving (zero = 3), two buckets travelling (kInFlight) and one being packed.
-    // With four, zero = 3 re-mapped buckets every step (bench/data_parallel_bench: 335 -> 296 ms
-    // at 2 ranks with six, peak memory 451 -> 479 MB against 964 MB unsharded).
+    // With four, zero = 3 re-mapped buckets every step; six trade a little peak memory for a
+    // faster step (docs/performance.md, "Data parallelism per ZeRO stage"; bench id
+    // dp.big.train.zero3).
     if (plan_ && options_.zero >= 2) {
       std::size_t largest = 0;
       for (const GradientBucket& bucket : plan_->buckets())
@@ -447,7 +448,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
   // instead of dividing the sum afterwards: unsharded, with a power of two of ranks. Dividing by a
   // power of two only lowers the exponent, so the sum of the quotients is the quotient of the sum
   // bit for bit (in the normal range; it cannot overflow where the sum would), and the pass over
-  // the whole sum goes (7.2 MB a step for the MNIST MLP: dp.mlp.train.sgd 0.3-0.4 ms of about 9).
+  // the whole sum goes (7.2 MB a step for the MNIST MLP: docs/performance.md, "The MLP on 2 ranks
+  // against LibTorch + MPICH"; bench id dp.mlp.train.sgd).
   bool divides_before_sum() const {
     const int ranks = comm_->size();
     return options_.zero == 0 && ranks > 0 && (ranks & (ranks - 1)) == 0;

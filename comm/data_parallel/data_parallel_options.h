@@ -18,17 +18,18 @@ struct DataParallelOptions {
   // of allreduce: a rank keeps the averaged gradients of its slices only); 3 also the parameters
   // (each rank keeps its slices; a link's are gathered whole while its functions run).
   int zero = 0;
-  // zero = 3: when a link is gathered, the next link of the pass starts travelling (FSDP's
-  // forward and backward prefetch), so that its gather overlaps this link's computation where the
-  // transport moves data by itself (RDMA, NCCL). Off by default: MPI over shared memory or TCP
-  // moves a started collective only inside MPI calls, and there a prefetch is a gather held one
-  // link longer (bench/data_parallel_bench, 2 ranks of one machine: 264 ms with, 252 without).
+  // zero = 3: when a link is gathered, the next link of the pass starts travelling (FSDP's forward
+  // and backward prefetch), so that its gather overlaps this link's computation where the transport
+  // moves data by itself (RDMA, NCCL). Off by default: MPI over shared memory or TCP moves a
+  // started collective only inside MPI calls, and there a prefetch is a gather held one link
+  // longer, which made the step slower on 2 ranks of one machine (bench/data_parallel_bench, zero3
+  // with and without it: docs/performance.md, "Data parallelism per ZeRO stage").
   bool prefetch = false;
   // With overlap: while backward computes, a helper thread moves the started buckets
-  // (comm/transport/background_progress.h). It runs where MPI was started at
-  // MPI_THREAD_MULTIPLE, which tandem does when the launch spans more than one host
-  // (TANDEM_MPI_PROGRESS=auto): across 2 simulated hosts at 1 Gbit/s, batch 1024 per rank, it
-  // took the overlapped step from 0.93x to 0.78x of averaging after backward (docs/performance.md, "Data
+  // (comm/transport/background_progress.h). It runs where MPI was started at MPI_THREAD_MULTIPLE,
+  // which tandem does when the launch spans more than one host (TANDEM_MPI_PROGRESS=auto): across 2
+  // simulated hosts at 1 Gbit/s, batch 1024 per rank, it made the overlapped step much faster than
+  // averaging after backward, where without it overlap bought little (docs/performance.md, "Data
   // parallelism across hosts"). Elsewhere it does nothing.
   bool background_progress = true;
   // ChainerMN's double_buffering: the gradients averaged at step t are applied at step t+1,

@@ -1,10 +1,10 @@
 // Background progress: MPI moves a started (non-blocking) transfer only while some thread of the
-// process is inside an MPI call. Over TCP (ranks on different hosts) a bucket of gradients
-// started during backward therefore moves only between autograd functions, which at a large
-// batch come tens of milliseconds apart, and the link idles in between; without a helper,
-// overlapping the buckets with backward bought little across simulated hosts at 1 Gbit/s
-// (bench/data_parallel_bench, batch 1024 per rank: after backward 3649 ms, overlapped 3386; with
-// the helper 2799 ms, 0.78x).
+// process is inside an MPI call. Over TCP (ranks on different hosts) a bucket of gradients started
+// during backward therefore moves only between autograd functions, which at a large batch come tens
+// of milliseconds apart, and the link idles in between; without a helper, overlapping the buckets
+// with backward bought little across simulated hosts at 1 Gbit/s (bench/data_parallel_bench at
+// BENCH_BATCH=1024, dp.big.train.after against .overlap: docs/performance.md, "Data parallelism
+// across hosts").
 //
 // While a window opened here is open, a helper thread calls into MPI every
 // TANDEM_MPI_PROGRESS_US microseconds (1000 unless set) and sleeps in between; with no window

@@ -56,8 +56,9 @@ CommunicatorPtr create_communicator(const std::string& name) {
   comm_detail::ensure_mpi();
   CommunicatorPtr world = create_communicator(name, MPI_COMM_WORLD);
   set_process_label(detail::concat("rank ", world->rank(), " of ", world->size()));
-  // Ranks on one host share its cores, unless the user chose a thread count: with every rank
-  // taking every core, 2 ranks on 2 cores ran a CNN step 10-20 times slower than 1 rank.
+  // Ranks on one host share its cores, unless the user chose a thread count: with every rank taking
+  // every core, 2 ranks on 2 cores ran a CNN step many times slower than 1 rank
+  // (docs/performance.md, "Threads").
   if (world->intra_size() > 1 && !std::getenv("OMP_NUM_THREADS"))
     set_max_threads(std::max(1, available_cores() / world->intra_size()));
   return world;

@@ -3,11 +3,11 @@
 // MPI message for the data; the sender's header says where they lie (kDataInMemory in
 // message.h) and the receiver tells it when it has read them.
 //
-// MPICH over UCX uses the same system call for large messages on one host, behind a rendezvous
-// of its own, in 512 KB pieces: reading the whole tensor at once, announced by the header the
-// collective exchanges anyway, costs less (2 ranks, 1 MB bcast 37-39 -> 31-33 us, alltoall 38
-// -> 30 us: a raw program timing both, session 17's note). Below about 64 KB MPI's own paths win
-// (kDirectReadMinBytes in mpi_communicator.h).
+// MPICH over UCX uses the same system call for large messages on one host, behind a rendezvous of
+// its own, in 512 KB pieces: reading the whole tensor at once, announced by the header the
+// collective exchanges anyway, costs less (a raw program timing both at 2 ranks:
+// docs/performance.md, "Large tensors are read straight from the sender's memory"). Below about
+// 64 KB MPI's own paths win (kDirectReadMinBytes in mpi_communicator.h).
 #pragma once
 
 #include <cstddef>

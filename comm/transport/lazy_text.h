@@ -1,7 +1,7 @@
 // A text that is built only when someone reads it. What a wait is waiting in ("bcast (collective
-// #12)", a header's description) is read only when the wait is diagnosed, times out or fails,
-// yet every call made it: an ostringstream per call cost about 1 us, a third of a small
-// collective (scratch timing of bcast and allreduce of 4 bytes at 2 ranks).
+// #12)", a header's description) is read only when the wait is diagnosed, times out or fails, yet
+// every call made it, and an ostringstream per call was a large share of a small collective
+// (docs/performance.md, "What a small message costs").
 #pragma once
 
 #include <functional>

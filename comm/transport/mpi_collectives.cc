@@ -780,9 +780,10 @@ Tensor MpiCommunicator::scatter(const std::vector<Tensor>& xs, int root, CallSit
 std::vector<Tensor> MpiCommunicator::allgather(const Tensor& x, CallSite site) {
   FlightCall flight(*this, site);
   check_defined(x, "allgather");
-  // A small communicator: every rank sends its tensor to every peer beside its header (inside
-  // it when small) and receives theirs, the pieces of alltoall (MPICH's non-blocking allgather
-  // took several times as long at 2 ranks). The choice is the same on every rank.
+  // A small communicator: every rank sends its tensor to every peer beside its header (inside it
+  // when small) and receives theirs, the pieces of alltoall (MPICH's non-blocking allgather took
+  // several times as long at 2 ranks: docs/performance.md, "Communication"). The choice is the same
+  // on every rank.
   if (exchanges_directly(x)) {
     FlatExchange exchanged =
         exchange_pieces(PieceList::same_for_all(x, size_), OpKind::allgather, "allgather", nullptr, PieceOptions());

@@ -109,9 +109,9 @@ class MpiCommunicator : public Communicator {
   static constexpr std::size_t kInlineBytes = 8192;
   // A collective's tensor travels inside its headers when it has at most this many bytes and all
   // its copies (one to each peer) at most kInlineCollectiveTotal: then an exchange of small
-  // messages beats a header exchange followed by MPI's collective (at 2 ranks, 4 B: allreduce
-  // 5.6 -> 2.5 us, raw MPI 1.4; allgather 6.0 -> 2.8, raw 1.2), while larger ones cost more
-  // moved bytes than they save.
+  // messages beats a header exchange followed by MPI's collective (bench ids tandem.mpi.<op>.4B
+  // against mpi.<op>.4B: docs/performance.md, "Communication"), while larger ones cost more moved
+  // bytes than they save.
   static constexpr std::size_t kInlineCollectiveBytes = 4096;
   static constexpr std::size_t kInlineCollectiveTotal = 32768;
   // Whether x travels inside headers to every peer (the same rule on every rank: a collective's
@@ -132,9 +132,8 @@ class MpiCommunicator : public Communicator {
   // sender's memory (kDataInMemory in message.h): 0, or the errno of the failed read.
   static constexpr int kReadDoneTag = kCollectiveTag + 2;
   // Pieces and payloads from this size on go beside their headers by the receiver reading them
-  // straight out of the sender's memory (direct_read.h), where it can; below, MPI's own paths
-  // cost less (2 ranks, bcast by MPI against read: 8 KB 1.3 against 4.6 us, 32 KB 4.7 against
-  // 4.8, 64 KB 5.8 against 5.3, 256 KB 10.2 against 8.8).
+  // straight out of the sender's memory (direct_read.h), where it can; below, MPI's own paths cost
+  // less (docs/performance.md, "Large tensors are read straight from the sender's memory").
   static constexpr std::size_t kDirectReadMinBytes = std::size_t(64) << 10;
   // Whether this rank reads what `peer` leaves in its memory (same host name, the kernel allows
   // it, TANDEM_DIRECT_READ not 0 on either rank), decided when the communicator was created.
@@ -457,17 +456,17 @@ class MpiCommunicator : public Communicator {
   // Up to this many ranks (and without a host hierarchy), allgather and allreduce of CPU tensors
   // exchange the whole tensors directly, beside their headers (exchange_pieces_eagerly), and
   // allreduce sums what arrived in rank order. At 2 ranks MPICH's allgather and allreduce take
-  // several times as long as that exchange: 1 MB allgather 67-74 us against MPI_Allgather's
-  // 183-239, allreduce 116-125 against 209-224 (bench/comm_bench; MPICH 4.0 over UCX).
+  // several times as long as that exchange (bench/comm_bench: tandem.mpi.allgather.1MB and
+  // tandem.mpi.allreduce.1MB against mpi.*; docs/performance.md, "Communication").
   static constexpr int kDirectRanks = 3;
   // allreduce exchanges tensors directly up to this size (beyond, each rank would receive and add
   // the whole tensor from every peer, where MPI's reduce-scatter splits the work).
   static constexpr std::size_t kDirectAllreduceBytes = std::size_t(1) << 22;
   bool exchanges_directly(const Tensor& x) const;
-  // Up to this many ranks a bcast's root sends the payload to every peer with its header: as
-  // many copies leave the root as in MPI's binomial tree, and the data phase does not wait for
-  // the header exchange (1 MB at 2 ranks: 1.12-1.14x raw MPI_Bcast -> 1.07x). Beyond, MPI's
-  // trees and scatter-allgather move less through the root.
+  // Up to this many ranks a bcast's root sends the payload to every peer with its header: as many
+  // copies leave the root as in MPI's binomial tree, and the data phase does not wait for the
+  // header exchange (bench id tandem.mpi.bcast.1MB: docs/performance.md, "Communication"). Beyond,
+  // MPI's trees and scatter-allgather move less through the root.
   static constexpr int kEagerBcastRanks = 3;
   // The alltoallv verdict on the rows (every rank sees every rank's row shape).
   void check_rows(const std::vector<Header>& all, const Shape& row_shape, const char* operation) const;

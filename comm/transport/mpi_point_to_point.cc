@@ -103,8 +103,8 @@ void MpiCommunicator::send_bytes(Header header, const void* data, std::shared_pt
 }
 
 std::string MpiCommunicator::sent_text(const Header& header, int dest) {
-  // Built only when read (a wait that is diagnosed or fails): made at every send, it took about
-  // a third of a small send's time (2,400 instructions of ostringstream, callgrind).
+  // Built only when read (a wait that is diagnosed or fails): made at every send, it took a large
+  // share of a small send's time (docs/performance.md, "What a small message costs").
   return detail::concat(header.describe(), " to rank ", dest);
 }
 

@@ -122,10 +122,11 @@ void MpiCommunicator::wait_all(std::vector<MPI_Request>& requests, const WaitCon
 
 void MpiCommunicator::wait_all_keeping(std::vector<MPI_Request>& requests, const WaitContext& context,
                                        const KeepAlive& keep_alive) {
-  // Sends of small messages have usually completed by the time they are waited for (the
-  // peer's message came in meanwhile). MPI_Testall would still run MPI's progress engine (650
-  // instructions at 2 ranks against 400, on the critical path of every small collective); asking each
-  // request's status does not when it is complete, and MPI_Waitall then only frees them.
+  // Sends of small messages have usually completed by the time they are waited for (the peer's
+  // message came in meanwhile). MPI_Testall would still run MPI's progress engine, on the critical
+  // path of every small collective; asking each request's status does not when it is complete, and
+  // MPI_Waitall then only frees them (what each costs: docs/performance.md, "What a small message
+  // costs").
   if (all_complete(requests)) {
     check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;

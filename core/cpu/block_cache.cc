@@ -43,17 +43,17 @@ namespace {
 // gives back, so memory a program frees (a ZeRO-3 rank's gathered parameters) stayed resident.
 //
 // Blocks of 2 MB and more are placed on 2 MB boundaries and asked to be backed by huge pages
-// (transparent huge pages, where the kernel's policy is "madvise" or "always"): a fresh 16 MB
-// block then costs 8 page faults instead of 4,096. ZeRO-2 and -3 free and re-map their buckets
-// every step, and there the faults were most of the step (bench/data_parallel_bench, zero 3:
-// 532 -> 335 ms); products and convolutions on large blocks gain a few percent from fewer TLB
-// misses. TANDEM_CPU_HUGE_PAGES=0 leaves every block on small pages.
+// (transparent huge pages, where the kernel's policy is "madvise" or "always"): a fresh 16 MB block
+// then costs 8 page faults instead of 4,096. ZeRO-2 and -3 free and re-map their buckets every
+// step, and there the faults were a large part of the step (bench id dp.big.train.zero3); products
+// and convolutions on large blocks gain a little from fewer TLB misses (docs/performance.md, "Data
+// parallelism per ZeRO stage"). TANDEM_CPU_HUGE_PAGES=0 leaves every block on small pages.
 //
 // Blocks of 768 KB to 1 MB take half a huge page each (rounded up to 1 MB): a 2 MB huge page is
-// mapped and its second half kept in the cache for the next such block. Messages of about 1 MB
-// are where MPI's shared-memory transport spends most on page walks: an allreduce of 1 MB into a
-// block on small pages took 157 us, into one on a huge page 114 us (UCX maps the peer's pages
-// for every rendezvous copy; scratch measurements in the #22 note).
+// mapped and its second half kept in the cache for the next such block. Messages of about 1 MB are
+// where MPI's shared-memory transport spends most on page walks (UCX maps the peer's pages for
+// every rendezvous copy), and a 1 MB allreduce into a block on a huge page runs markedly faster
+// than into one on small pages (docs/performance.md, "Communication").
 constexpr std::size_t kHugePage = std::size_t(2) << 20;
 constexpr std::size_t kHalfHugePage = kHugePage / 2;
 constexpr std::size_t kHalfFrom = std::size_t(768) << 10;
@@ -96,19 +96,20 @@ void* map_block(std::size_t nbytes) {
 }
 void unmap_block(void* ptr, std::size_t nbytes) { munmap(ptr, nbytes); }
 
-// Blocks under kMinBytes come from malloc (and so do MPI's temporary buffers), and glibc's
-// defaults gave them fresh pages every step: glibc raises its mmap and trim thresholds only to
-// the size of the largest mmapped chunk freed so far, so the heap's free top went back to the
-// kernel (brk) whenever more than that lay free there, and the next step faulted it in again.
-// An LSTM's step (hundreds of tensors of 64 x 1024 floats) spent a fifth of its time in page
-// faults: lstm.fixed.train.adam.t1 108 -> 86 ms. MPICH allocates a temporary buffer for every
-// allreduce it runs: the 32 buckets of bench/data_parallel_bench (134 MB) faulted 134 MB in at
-// every step, 186,000 page faults a run: 770 -> 218 ms a step. So malloc serves blocks up to
-// 32 MB from the heap (the largest mmap threshold glibc accepts; tensors of 1 MB and more come
-// from this cache) and keeps as much free at the heap's top as this cache may hold
-// (TANDEM_CPU_CACHE_MB, 1024 by default): memory a step frees and the next takes again. Nothing
-// changes where the cache is off (TANDEM_CPU_CACHE_MB=0) or the user has tuned glibc's malloc
-// already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES).
+// Blocks under kMinBytes come from malloc (and so do MPI's temporary buffers), and glibc's defaults
+// gave them fresh pages every step: glibc raises its mmap and trim thresholds only to the size of
+// the largest mmapped chunk freed so far, so the heap's free top went back to the kernel (brk)
+// whenever more than that lay free there, and the next step faulted it in again. An LSTM's step
+// (hundreds of tensors of 64 x 1024 floats) spent a large part of its time in page faults
+// (lstm.fixed.train.adam.t1), and MPICH allocates a temporary buffer for every allreduce it runs:
+// the 32 buckets of bench/data_parallel_bench (134 MB) were faulted in at every step
+// (dp.big.train.*; figures: docs/performance.md, "Costs outside the products" and "Data parallelism
+// per ZeRO stage"). So malloc serves blocks up to 32 MB from the heap (the largest mmap threshold
+// glibc accepts; tensors of 1 MB and more come from this cache) and keeps as much free at the
+// heap's top as this cache may hold (TANDEM_CPU_CACHE_MB, 1024 by default): memory a step frees and
+// the next takes again. Nothing changes where the cache is off (TANDEM_CPU_CACHE_MB=0) or the user
+// has tuned glibc's malloc already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or
+// GLIBC_TUNABLES).
 void tune_malloc(std::size_t keep_bytes) {
 #if defined(__GLIBC__)
   if (keep_bytes == 0) return;
@@ -121,16 +122,15 @@ void tune_malloc(std::size_t keep_bytes) {
 #endif
 }
 
-// Blocks under kSmallMaxBytes, kept per thread after deallocate and handed out again for a
-// request of the same class: glibc takes its slow path for every 64-byte aligned request
-// (aligned_alloc: about 400 instructions and a split chunk, against some 20 from a list here),
-// and a small collective or a differentiable send allocates several such tensors a call (a
-// tenth of a 4-byte allgather's instructions went to its result's block). Classes: multiples of
-// 64 bytes up to 1 KB, then powers of two up to 64 KB (a block of a class always has the class's
-// size, so any block of it serves any request of it). A thread keeps at most kSmallThreadBytes;
-// blocks freed on another thread than their own join that thread's lists. Off where the cache is
-// (TANDEM_CPU_CACHE_MB=0, as the ASan runs set) and under AddressSanitizer, which must see every
-// free to catch a use after it.
+// Blocks under kSmallMaxBytes, kept per thread after deallocate and handed out again for a request
+// of the same class: glibc takes its slow path for every 64-byte aligned request (aligned_alloc
+// splits a chunk, many times the work of taking a block from a list here), and a small collective
+// or a differentiable send allocates several such tensors a call (docs/performance.md, "Costs
+// outside the products"). Classes: multiples of 64 bytes up to 1 KB, then powers of two up to 64 KB
+// (a block of a class always has the class's size, so any block of it serves any request of it). A
+// thread keeps at most kSmallThreadBytes; blocks freed on another thread than their own join that
+// thread's lists. Off where the cache is (TANDEM_CPU_CACHE_MB=0, as the ASan runs set) and under
+// AddressSanitizer, which must see every free to catch a use after it.
 constexpr std::size_t kSmallMaxBytes = std::size_t(64) << 10;
 constexpr std::size_t kSmallLinearBytes = 1024;  // classes of 64 bytes up to here
 constexpr int kSmallClasses = 16 + 6;            // 64 ... 1024, then 2, 4, ..., 64 KB

@@ -3,20 +3,20 @@
 // per thread, a few blocks of each small size (up to 64 KB: 1 MB a thread at most), which glibc's
 // aligned allocation serves slowly (block_cache.cc).
 //
-// glibc serves blocks above its mmap threshold (at most 32 MB) from fresh pages: every first
-// touch then costs a page fault (about 1 us per 4 KB here), which made a received 64 MB
-// tensor cost twice the transfer itself. Blocks of at least kMinBytes are kept after
-// deallocate, keyed by size, up to a total (TANDEM_CPU_CACHE_MB, default 1024; 0 disables
-// the cache), and handed out again for the same rounded size. Thread-safe.
+// glibc serves blocks above its mmap threshold (at most 32 MB) from fresh pages: every first touch
+// then costs a page fault, which made receiving a large tensor far slower than the transfer itself
+// (docs/performance.md, "Costs outside the products"). Blocks of at least kMinBytes are kept after
+// deallocate, keyed by size, up to a total (TANDEM_CPU_CACHE_MB, default 1024; 0 disables the
+// cache), and handed out again for the same rounded size. Thread-safe.
 //
-// The cache holds no more than the program shows it needs: when a size is missing, cached blocks
-// of other sizes are given back until the live blocks, the cached ones and the new one fit within
-// an allowance, which starts at the most that was ever live at once and grows by a size each time
-// one that was given back is asked for again (a loop whose steps need blocks of other sizes at
-// different points). Without it, a program whose sizes change between phases (a training loop,
-// then inference; SGD, then Adam) kept the first phase's blocks beside the second's: the MLP
-// benchmark's peak resident set was 20 MB above what it needed, the CNN's 63 MB
-// (bench/peak_memory.sh). A steady loop converges to finding every size cached.
+// The cache holds no more than the program shows it needs: when a size is missing, cached blocks of
+// other sizes are given back until the live blocks, the cached ones and the new one fit within an
+// allowance, which starts at the most that was ever live at once and grows by a size each time one
+// that was given back is asked for again (a loop whose steps need blocks of other sizes at
+// different points). Without it, a program whose sizes change between phases (a training loop, then
+// inference; SGD, then Adam) kept the first phase's blocks beside the second's, which raised the
+// MLP and CNN benchmarks' peak resident sets (bench/peak_memory.sh; docs/performance.md, "Peak
+// memory against LibTorch"). A steady loop converges to finding every size cached.
 #pragma once
 
 #include <cstddef>

@@ -50,8 +50,9 @@ ValidRange valid_range(std::int64_t offset, std::int64_t stride, std::int64_t si
 }
 
 // Copies and zero fills of a few dozen elements (an image row): inline, where a memcpy or memset
-// call costs as much as the work (the calls showed as 8% of the benchmark CNN's step). GCC would
-// turn the loops back into those calls, hence the attribute.
+// call costs as much as the work (the calls showed in profiles of the benchmark CNN's step:
+// docs/performance.md, "Costs outside the products"). GCC would turn the loops back into those
+// calls, hence the attribute.
 template <typename T>
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_short(const T* src, T* dst,
                                                                                      std::int64_t n) {
@@ -287,9 +288,9 @@ ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int6
                        double(g.kernel_h * g.kernel_w) * double(g.out_h * g.out_w);
   const int rounds = flops >= 4e9 ? 1 : 3;
   // Without timing (TANDEM_KERNEL_TUNING=fixed): Winograd where it applies with 16 channels or more
-  // on both sides (its transforms pay there: it ran 1.2-1.5x oneDNN's rate on the 64- and
-  // 128-channel layers of the CNN benchmark, a third of it with 1 input channel), else oneDNN where
-  // it applies, else im2col.
+  // on both sides (its transforms pay there: it ran faster than oneDNN on the 64- and 128-channel
+  // layers of the CNN benchmark and far slower with 1 input channel: docs/performance.md, "CPU
+  // kernels: the fastest library per shape"), else oneDNN where it applies, else im2col.
   auto index = [&](ConvKernel k) {
     return static_cast<std::size_t>(std::find(kernels.begin(), kernels.end(), k) - kernels.begin());
   };

@@ -145,9 +145,9 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, const F& f) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   Out* po = out.data<Out>();
-  // Small operands of the output's shape, or one of them a single value: one flat loop, without
-  // the strides' set-up (three allocations and about 2,000 instructions, where a small op's loop
-  // takes a few dozen). Below the grain the strided loop runs on this thread too, in this order.
+  // Small operands of the output's shape, or one of them a single value: one flat loop, without the
+  // strides' set-up, which costs many times a small op's loop (docs/performance.md, "Costs outside
+  // the products"). Below the grain the strided loop runs on this thread too, in this order.
   const std::int64_t n = out.numel();
   if (n < cpu::kElementwiseGrain && a.shape() == out.shape()) {
     if (b.shape() == out.shape()) {

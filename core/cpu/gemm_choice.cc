@@ -22,10 +22,9 @@ namespace {
 // Products under this many multiply-adds are not timed (see the header).
 constexpr std::int64_t kTimedFrom = 32 * 32 * 32;
 // Products over this many (4096^3) are timed on a smaller shape of the same proportions. At 2048^3
-// the libraries had not reached their full rate: on a 2-core AMD EPYC (Zen 5) with 2 threads,
-// OpenBLAS ran 262 GFLOP/s there against oneDNN's 276, but 4096^3 products in 390 ms against
-// 424, so a 4096 class timed at 2048 took the slower library (gemm.n4096.t2: 1.13x the best
-// SGEMM instead of 1.04x).
+// the libraries have not reached their full rate, and which is faster there need not be which is
+// faster at 4096^3: a 4096 class timed at 2048 took the slower library (docs/performance.md, "CPU
+// kernels: the fastest library per shape"; bench id gemm.n4096.t2).
 constexpr std::int64_t kTimedUpTo = std::int64_t(1) << 36;
 
 template <typename T>
@@ -113,8 +112,9 @@ GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, boo
   std::vector<std::string> names;
   for (GemmBackend b : candidates) names.push_back(gemm_backend_name(b));
   // A huge product is timed on a smaller one (its longest side halved until it is at most 2^36
-  // multiply-adds, 4096^3, about 0.4 s a candidate on 2 cores): the first call of an 8192^3 class
-  // would otherwise stall for seconds per candidate.
+  // multiply-adds, 4096^3, a fraction of a second a candidate: docs/performance.md, "CPU kernels:
+  // the fastest library per shape"): the first call of an 8192^3 class would otherwise stall for
+  // seconds per candidate.
   const GemmShape timed = gemm_timed_shape(m, n, k);
   const std::int64_t tm = timed.m, tn = timed.n, tk = timed.k;
   // Without timing (TANDEM_KERNEL_TUNING=fixed): oneDNN where it runs this dtype. Its JIT kernels

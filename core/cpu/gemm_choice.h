@@ -36,8 +36,9 @@ std::string gemm_class_key(const char* family, std::int64_t m, std::int64_t n, s
 // A product's class for this thread as one number (thread count, transposes, log2 of m, n and k;
 // m, n, k >= 1): what gemm_class_key spells out but the family and the dtype. It keys the per-thread
 // memos in front of measured_choice for the choices made at every product, so that the text key
-// is formatted and the choices' table locked only at a class's first product on a thread (that
-// had cost about 1 us a product: 2.6% of the transformer LM's one-thread step, perf).
+// is formatted and the choices' table locked only at a class's first product on a thread (doing
+// both at every product showed in the LM's one-thread step: docs/performance.md, "Costs outside
+// the products"; bench id lm.train.adam.t1).
 std::uint64_t gemm_class_code(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb);
 
 // The shape a product of m x n x k is timed on: itself up to 2^36 multiply-adds (4096^3), else

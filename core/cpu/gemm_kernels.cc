@@ -59,9 +59,10 @@ void openblas_gemm(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T
 }
 
 #ifdef TANDEM_HAS_DNNL
-// One oneDNN matmul primitive per product shape, layout and thread count, made at first use
-// (0.2-4 ms) and kept: a training step repeats the same few shapes. The cache is bounded (shapes
-// that vary every step, as variable-length sequences make, would otherwise grow it forever).
+// One oneDNN matmul primitive per product shape, layout and thread count, made at first use (a JIT
+// compilation; what it costs: docs/performance.md, "Costs outside the products") and kept: a
+// training step repeats the same few shapes. The cache is bounded (shapes that vary every step, as
+// variable-length sequences make, would otherwise grow it forever).
 struct MatmulKey {
   std::int64_t m, n, k, lda, ldb, ldc;
   bool ta, tb, accumulate;

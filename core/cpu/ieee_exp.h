@@ -17,10 +17,11 @@ namespace cpu {
 // over a -inf mask (causal attention) leaked weight and depended on an element's position, and
 // differed from the GPU's exp. Those arguments take std::exp instead.
 // Almost every chunk has no such argument: one check (a vectorized comparison) and one pass of
-// Eigen's packet exp. Otherwise a pass keeps those arguments as they are (negative, where every
-// exp is >= 0; safe when out is in), and a scalar pass finishes them. (Eigen's select() is not
-// vectorized: written as one select over the chunk, every element cost a libm call, 5% of an LSTM
-// language model's training step in its softmax cross-entropy.)
+// Eigen's packet exp. Otherwise a pass keeps those arguments as they are (negative, where every exp
+// is >= 0; safe when out is in), and a scalar pass finishes them. (Eigen's select() is not
+// vectorized: written as one select over the chunk, every element cost a libm call, which showed in
+// an LSTM language model's training step, in its softmax cross-entropy: docs/performance.md, "Costs
+// outside the products".)
 template <typename T>
 void exp_chunk(const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>& x,
                Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>& y, T* out, std::int64_t n) {

@@ -3,11 +3,10 @@
 // by cell where this declines).
 //
 // Why: cell by cell, every step's product and cell are a parallel region each, and under
-// OMP_WAIT_POLICY=PASSIVE every region wakes a sleeping team, which takes tens of microseconds
-// on this workplace's VMs (62 us measured: core/cpu/parallel.h) against 0.3 ms for a step's
-// product of a 256-unit LSTM over 64 sequences. The second thread then bought nothing: 25 steps
-// of that product ran at 80-85 GFLOP/s on one thread and on two alike (scratch timing,
-// 2-core Zen 3), where two threads that never sleep reached 135.
+// OMP_WAIT_POLICY=PASSIVE every region wakes a sleeping team, which on virtual machines costs a
+// sizeable share of a step's product of a 256-unit LSTM over 64 sequences (core/cpu/parallel.h).
+// The second thread then bought nothing: 25 steps of that product ran as fast on two threads as on
+// one, where two threads that never sleep ran them much faster (docs/performance.md, "Threads").
 //
 // How: each thread owns a contiguous share of the H hidden units and the four gate columns of
 // each. Forward, per step: h_{t-1} times its units' rows of wh (its four gate blocks, copied next
@@ -46,8 +45,9 @@ constexpr std::int64_t kUnitAlignment = 8;
 // Steps whose product (2 * B * 4H * H flops for the first step's B rows) is smaller than this
 // take about as long as the threads' meeting: they run cell by cell.
 constexpr double kMinStepFlops = double(1 << 20);
-// Pauses a waiting thread spins through before it sleeps (some 50-100 us here): a step's threads
-// arrive within microseconds of each other on a machine with a core each, and never sleep.
+// Pauses a waiting thread spins through before it sleeps: long against the spread of a step's
+// threads, which arrive within microseconds of each other on a machine with a core each and so
+// never sleep, short against a step (how long: docs/performance.md, "Threads").
 constexpr int kSpinsBeforeSleep = 4000;
 
 inline void cpu_relax() {
@@ -56,12 +56,12 @@ inline void cpu_relax() {
 #endif
 }
 
-// A barrier for the threads of one parallel region that spins first and sleeps only after a
-// while: where the team has a core per thread, waking a sleeping thread costs what splitting
-// saves (the reason this kernel exists); where it has not (two such processes on two cores), a
-// thread that spun or yielded on would keep the core its peer needs (the LSTM steps ran 1.3-1.6x
-// slower than cell by cell with a barrier that only spun and yielded). A thread that fails calls
-// fail(): every wait then returns false, so that no thread waits for it forever.
+// A barrier for the threads of one parallel region that spins first and sleeps only after a while:
+// where the team has a core per thread, waking a sleeping thread costs what splitting saves (the
+// reason this kernel exists); where it has not (two such processes on two cores), a thread that
+// spun or yielded on would keep the core its peer needs (with a barrier that only spun and yielded
+// the LSTM steps ran slower than cell by cell: docs/performance.md, "Threads"). A thread that fails
+// calls fail(): every wait then returns false, so that no thread waits for it forever.
 class SpinBarrier {
  public:
   // Each thread says the team's size before its first wait (all say the same).

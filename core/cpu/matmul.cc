@@ -39,11 +39,11 @@ void gemm_strided(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T*
   cpu::gemm_on(cpu::gemm_backend_for<T>(m, n, k, ta, tb), a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate);
 }
 
-// Whether splitting one product over the threads by tandem is worth measuring: large products
-// with a short side (an MLP's [100 x 784] x [784 x 1000], its weight gradients with k = 100).
-// On two cores OpenBLAS's own split of those ran at 145-167 GFLOP/s, two serial GEMMs on halves
-// of C at 179-203; oneDNN's own split of them beat both (213 against 180 GFLOP/s for two serial
-// halves). So the split is a candidate, measured per class against one threaded product.
+// Whether splitting one product over the threads by tandem is worth measuring: large products with
+// a short side (an MLP's [100 x 784] x [784 x 1000], its weight gradients with k = 100). On two
+// cores two serial GEMMs on halves of C beat OpenBLAS's own split of those, and oneDNN's own split
+// beat both (docs/performance.md, "CPU kernels: the fastest library per shape"). So the split is a
+// candidate, measured per class against one threaded product.
 bool split_candidate(std::int64_t m, std::int64_t n, std::int64_t k) {
   return std::min({m, n, k}) <= 128 && m * n * k >= (std::int64_t(1) << 26);
 }

@@ -51,8 +51,8 @@ std::string machine_signature() {
   what << model << '|' << flags;
 #ifdef TANDEM_HAS_BLAS
   // OpenBLAS's kernels follow OPENBLAS_CORETYPE where it is set (Bazel's test sandbox drops it):
-  // forced to Haswell on an AVX-512 processor its products run 3x slower, so timings taken under
-  // one core name do not hold under another.
+  // forced to Haswell on an AVX-512 processor its products run far slower (docs/performance.md,
+  // "Running the benchmarks"), so timings taken under one core name do not hold under another.
   const char* core = openblas_get_corename();
   what << "|openblas " << (core ? core : "?");
 #endif

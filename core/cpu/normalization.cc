@@ -155,10 +155,11 @@ void CpuBackend::batch_norm_backward_sums(const Tensor& gy, const Tensor& x, con
 namespace {
 
 // The sums below are written as `omp simd` reductions: GCC vectorises a floating-point reduction
-// only when allowed to reorder it, which that pragma does for this loop alone (one partial sum
-// per vector lane, combined in an order fixed at compile time, so results are reproducible).
-// Accumulating f32 in double this way costs no more than in float; Eigen's cast<double>() of an
-// f32 row, by contrast, ran element by element (3x slower than f64 here).
+// only when allowed to reorder it, which that pragma does for this loop alone (one partial sum per
+// vector lane, combined in an order fixed at compile time, so results are reproducible).
+// Accumulating f32 in double this way costs no more than in float; Eigen's cast<double>() of an f32
+// row, by contrast, ran element by element, slower than an f64 row (docs/performance.md, "Costs
+// outside the products").
 
 template <typename T>
 double row_sum(const T* x, std::int64_t n) {

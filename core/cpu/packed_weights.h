@@ -11,10 +11,11 @@
 // version of a right-hand side of the same shape served (a pipeline's microbatches, an LSTM's
 // steps), at least as many as this version has served so far (inference).
 //
-// Only weights are followed (Storage::mark_weight: a model's parameters, which autograd marks
-// when a function reads them, and the LSTM's recurrent matrix): a tensor that a loop happens to
-// use again (the same input batches, cycled) would otherwise get a copy of its own, each kept
-// until the tensor is freed; the MLP benchmark held 7.5 MB of copies of its 20 input batches.
+// Only weights are followed (Storage::mark_weight: a model's parameters, which autograd marks when
+// a function reads them, and the LSTM's recurrent matrix): a tensor that a loop happens to use
+// again (the same input batches, cycled) would otherwise get a copy of its own, each kept until the
+// tensor is freed, as the MLP benchmark's input batches did (docs/performance.md, "Peak memory
+// against LibTorch").
 //
 // Results: the packed product computes the same sums in another blocking, so it may round
 // differently (f32) from the plain one; both are exact to f32's precision.

@@ -25,8 +25,9 @@ namespace {
 constexpr double kGrainWakeMicros = 4.0;
 constexpr std::int64_t kMaxGrainScale = 64;
 // The scale without timing (TANDEM_KERNEL_TUNING=fixed): under OMP_WAIT_POLICY=PASSIVE a region
-// wakes sleeping threads, 20-105 us on the virtual machines tandem is developed on (measured
-// scales 4 to 32: 8); otherwise the team spins between regions and a region starts in a few (1).
+// wakes sleeping threads, many times the few microseconds the grains assume on the virtual machines
+// tandem is developed on, and 8 lies within the scales measured there (docs/performance.md,
+// "Threads"); otherwise the team spins between regions and a region starts in a few (1).
 std::int64_t fixed_grain_scale() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy != nullptr && strcasecmp(policy, "passive") == 0 ? 8 : 1;

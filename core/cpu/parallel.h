@@ -19,11 +19,11 @@ constexpr std::int64_t kElementwiseGrain = 32768;
 
 // How many times larger every grain is on this machine (1, 2, 4, ... 64): the cost of waking the
 // team (an empty parallel region's median time, parallel.cc) over the few microseconds the grains
-// were chosen for. Under OMP_WAIT_POLICY=PASSIVE a region wakes sleeping threads; on this
-// workplace's VMs that took 62 us (0.9 us spinning), more than splitting an LSTM cell or a 100 x
-// 1000 activation saves. Measured once per machine and thread count and kept with the kernel
-// choices (core/cpu/measured_choice.h), so that reruns split work, and round reductions, alike.
-// TANDEM_GRAIN_SCALE=n (a power of two up to 64) sets it.
+// were chosen for. Under OMP_WAIT_POLICY=PASSIVE a region wakes sleeping threads, which on virtual
+// machines can cost more than splitting an LSTM cell or a 100 x 1000 activation saves
+// (docs/performance.md, "Threads"). Measured once per machine and thread count and kept with the
+// kernel choices (core/cpu/measured_choice.h), so that reruns split work, and round reductions,
+// alike. TANDEM_GRAIN_SCALE=n (a power of two up to 64) sets it.
 std::int64_t grain_scale();
 
 // The most chunks parallel_chunks may make: the thread count, or 1 inside a parallel region.

@@ -29,13 +29,13 @@ void for_planes(const Conv2DGeometry& g, std::int64_t cost_per_plane, const Body
 }
 
 // The common 2x2, stride 2 window without padding, whole inside the input, for one plane: no
-// clipping, the same rules as window_max (the first maximum in window order wins; a NaN only
-// when it comes first). The maximum is taken first and the index found after it, as the first
-// candidate equal to it, so that the loops have no data-dependent branches and vectorize: the
-// branching loop ran at 5 ms for the CNN benchmark's first pooling (64 x 64 x 28 x 28), mispredicting
-// on the ties that ReLU leaves, this one at about 1 ms, and 0.3 ms without indices. GCC's 512-bit
-// vectors suit rows of 7 or 14 outputs badly (most of them fall into the scalar remainder), so
-// these loops ask for 128-bit ones. `index` may be null (no indices wanted).
+// clipping, the same rules as window_max (the first maximum in window order wins; a NaN only when
+// it comes first). The maximum is taken first and the index found after it, as the first candidate
+// equal to it, so that the loops have no data-dependent branches and vectorize: a branching loop
+// mispredicts on the ties that ReLU leaves (docs/performance.md, "Costs outside the products";
+// bench id conv.infer.t1). GCC's 512-bit vectors suit rows of 7 or 14 outputs badly (most of them
+// fall into the scalar remainder), so these loops ask for 128-bit ones. `index` may be null (no
+// indices wanted).
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
 #define TANDEM_SHORT_VECTORS __attribute__((target("prefer-vector-width=128")))
 #else

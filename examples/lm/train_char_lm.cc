@@ -12,7 +12,7 @@
 // --microbatches > 1, gradient accumulation).
 //
 //   bazel build -c opt //examples/lm:train_char_lm
-//   bazel-bin/examples/lm/train_char_lm                                   # 1 process, ~5 min
+//   bazel-bin/examples/lm/train_char_lm                                   # 1 process (run time: docs/training.md)
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --tp 2
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --pp 2 --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/lm/train_char_lm --tp 2 --pp 2 --microbatches 4
