@@ -12,8 +12,8 @@
 # scripts/bench.sh runs it under BENCH_ONLY word `lm` and adds its lines to the anchor summary.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The shared anchors live beside the repository (../shared/bench from the repo root), else in /work.
-SHARED="$(cd "$HERE/../../shared/bench" 2>/dev/null && pwd || echo /work/shared/bench)"
+# The anchors' folder: TANDEM_ANCHORS_DIR, else ../shared/bench beside the repository.
+SHARED="${TANDEM_ANCHORS_DIR:-$(cd "$HERE/../../shared/bench" 2>/dev/null && pwd || echo "$HERE/../../shared/bench")}"
 WORK=${BENCH_WORK:-/tmp/tandem-anchors}
 BUILD="$WORK/build-lm"
 RUNQ="$WORK/build/runq"

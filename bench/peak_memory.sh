@@ -20,7 +20,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-SHARED="$(cd "$ROOT/../shared/bench" 2>/dev/null && pwd || echo /work/shared/bench)"
+SHARED="${TANDEM_ANCHORS_DIR:-$(cd "$ROOT/../shared/bench" 2>/dev/null && pwd || echo "$ROOT/../shared/bench")}"  # the anchors' folder
 WORK=${BENCH_WORK:-/tmp/tandem-anchors}
 FAMILIES=${MEM_ONLY:-mlp conv lstm}
 THREADS=${MEM_THREADS:-1 2}

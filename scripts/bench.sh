@@ -24,6 +24,9 @@
 #   BENCH_OPENBLAS_ENV=keep                  keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (unset by
 #                                            default: OpenBLAS detects the processor itself)
 #   BENCH_REPORT=dir scripts/bench.sh        only print the tables of an earlier run again
+#   TANDEM_ANCHORS_DIR=dir                   where the anchors are (default: ../shared/bench beside
+#                                            the repository); their Debian packages are installed
+#                                            (their deps.sh, with sudo when not root) when missing
 #   BENCH_INTERLEAVE=1 scripts/bench.sh      family by family (gemm, mlp, conv, ...): each family's
 #                                            anchors, then its tandem benchmarks, each in its own
 #                                            sub-run ($BENCH_OUT/<family>/), the tables over all of
@@ -41,8 +44,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# The anchors live beside the repository (../shared/bench from the repo root), else in /work.
-SHARED="$(cd "$(dirname "$0")/../../shared/bench" 2>/dev/null && pwd || echo /work/shared/bench)"
+# The anchors' folder: TANDEM_ANCHORS_DIR, else ../shared/bench beside the repository.
+SHARED="${TANDEM_ANCHORS_DIR:-$(cd "$ROOT/../shared/bench" 2>/dev/null && pwd || echo "$ROOT/../shared/bench")}"
 ANCHOR_WORK=${BENCH_WORK:-/tmp/tandem-anchors}   # run_all.sh builds and keeps its results here
 RUNQ="$ANCHOR_WORK/build/runq"
 MPIEXEC=/usr/bin/mpiexec.mpich                    # plain mpiexec may be Open MPI's
@@ -153,16 +156,28 @@ run_anchors() {
     ANCHOR_SUMMARY=$(latest_anchor_summary)   # e.g. BENCH_ONLY=pp: no anchor to run
     return
   fi
-  if ! "$SHARED/deps.sh" --check; then
-    echo "# The anchors need their packages: run $SHARED/deps.sh once as root (it installs" >&2
-    echo "# libtorch-dev, libopenblas-dev, libgloo-dev, ...). Reusing the latest anchor summary." >&2
+  [[ -x "$SHARED/run_all.sh" ]] || {
+    echo "# no anchors in $SHARED (set TANDEM_ANCHORS_DIR); reusing the latest anchor summary" >&2
     ANCHOR_SUMMARY=$(latest_anchor_summary)
     return
+  }
+  # The anchors' packages (libtorch-dev, libopenblas-dev, libgloo-dev, ...), installed as
+  # scripts/setup.sh installs tandem's.
+  if ! "$SHARED/deps.sh" --check 2>/dev/null; then
+    local sudo=()
+    [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    echo "# installing the anchors' packages: ${sudo[*]} $SHARED/deps.sh" >&2
+    if ! "${sudo[@]}" "$SHARED/deps.sh" >&2; then
+      echo "# could not install the anchors' packages; reusing the latest anchor summary" >&2
+      ANCHOR_SUMMARY=$(latest_anchor_summary)
+      return
+    fi
   fi
   # ONLY unset: what the selected tandem benchmarks need; set (even empty): as given.
   local only=${ONLY-$(anchor_only)}
   local log="$OUT/anchors.log"
   ANCHOR_SUMMARY="$OUT/anchors/summary.txt"
+  ANCHORS_THIS_SITTING=1
   if [[ -n "$only" || -n "${ONLY+set}" ]]; then   # BENCH_ONLY=lm alone: only lm's anchor below
     echo "# anchors: REPS=$REPS ONLY=\"$only\" $SHARED/run_all.sh (log: $log)" >&2
     # run_all.sh is verbose: keep its log, show its progress lines.
@@ -171,6 +186,7 @@ run_anchors() {
     if [[ ! -s "$ANCHOR_SUMMARY" ]]; then
       echo "# anchors FAILED (see $log)" >&2
       STATUS=1
+      ANCHORS_THIS_SITTING=0
       ANCHOR_SUMMARY=$(latest_anchor_summary)
     fi
   fi
@@ -292,7 +308,17 @@ compare() {
 # and for communication the raw MPI lines comm_bench measured in the same run (raw.txt).
 targets() {
   echo
-  echo "## targets (ratio = tandem time / reference time; anchors: $ANCHOR_SUMMARY)"
+  # A target judges a ratio of one sitting: against another sitting's anchors it would judge the
+  # machine's drift. Their figures are then left out (those targets read n/a, "no reference");
+  # the targets whose references this sitting measured (raw MPI, tandem's own lines) stay.
+  local anchors="$ANCHOR_SUMMARY"
+  if [[ "${ANCHORS_THIS_SITTING:-0}" != 1 ]]; then
+    anchors=/dev/null
+    echo "## targets (ratio = tandem time / reference time); the anchors' figures ($ANCHOR_SUMMARY)"
+    echo "## are not of this sitting: the targets against them are not judged"
+  else
+    echo "## targets (ratio = tandem time / reference time; anchors: $ANCHOR_SUMMARY)"
+  fi
   echo
   awk -v noise_max="$NOISE_MAX" -v subset="${WORDS:+1}" '
 function val(line, key,   n, i, a) {
@@ -471,7 +497,7 @@ END {
         tandem["moe.train.single.t1." modes[i]], 0.65, 0, "")
   printf "\n%d PASS, %d MISS, %d n/a (not measured in this run, or no reference), %d without a target\n", pass, miss,
          na, info
-}' "$ANCHOR_SUMMARY" "$PICKED" | tee "$OUT/targets.md"
+}' "$anchors" "$PICKED" | tee "$OUT/targets.md"
 }
 
 # --- main -------------------------------------------------------------------------------------
@@ -500,6 +526,7 @@ if [[ -n "${BENCH_INTERLEAVE:-}" && "$BENCH_INTERLEAVE" != 0 && -z "${BENCH_REPO
   grep '^name=tandem\.' "$PICKED" > "$TANDEM" || true
   ANCHOR_SUMMARY="$OUT/anchors/summary.txt"
   echo "$ANCHOR_SUMMARY" > "$OUT/anchor_summary.path"
+  ANCHORS_THIS_SITTING=1   # only the families' own anchors were merged
   compare
   targets
   echo
@@ -509,6 +536,8 @@ fi
 
 if [[ -n "${BENCH_REPORT:-}" ]]; then
   ANCHOR_SUMMARY=$(cat "$OUT/anchor_summary.path" 2>/dev/null || echo "$OUT/anchors/summary.txt")
+  # The run's own anchors (under its folder) are of its sitting; an earlier run's are not.
+  [[ "$ANCHOR_SUMMARY" == "$OUT/"* ]] && ANCHORS_THIS_SITTING=1
   [[ -s "$PICKED" ]] || { "$SHARED/aggregate.sh" "$RAW" || true; } > "$PICKED"   # a run from before picked.txt
   compare
   targets
