@@ -1,4 +1,4 @@
-// Expert parallelism: a Mixture-of-Experts layer (comm/links/mixture_of_experts.h) of E = 8
+// Expert parallelism: a Mixture-of-Experts layer (comm/moe/mixture_of_experts.h) of E = 8
 // experts, each an MLP 512 -> 2048 -> 512 (GELU), top-1, a training step (forward, backward, SGD)
 // in f32, the loss the mean of the output times fixed random weights (small gradients: the router
 // keeps its routing over the timed steps):
@@ -25,7 +25,7 @@
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
 #include "bench/mpi_timing.h"
-#include "comm/links/mixture_of_experts.h"
+#include "comm/moe/mixture_of_experts.h"
 #include "core/ops.h"
 #include "core/random.h"
 #include "layers/initializers.h"

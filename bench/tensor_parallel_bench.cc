@@ -20,7 +20,7 @@
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
 #include "bench/mpi_timing.h"
-#include "comm/links/tensor_parallel_linear.h"
+#include "comm/tensor_parallel/tensor_parallel_linear.h"
 #include "comm/transport/communicator.h"
 #include "core/ops.h"
 #include "core/random.h"

@@ -1,6 +1,6 @@
 // Rows picked and rows summed by index, over the first axis of a 2-D variable: each is the
 // other's backward. Mixture-of-experts layers move tokens to their experts with them
-// (comm/links/mixture_of_experts.h); embed_id is select_rows with the ids from the data.
+// (comm/moe/mixture_of_experts.h); embed_id is select_rows with the ids from the data.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #include "comm/data/replica_rows_iterator.h"
 
-#include "comm/functions/parallel_region.h"
+#include "comm/tensor_parallel/parallel_region.h"
 #include "core/error.h"
 
 namespace tandem {

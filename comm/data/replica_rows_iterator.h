@@ -1,6 +1,6 @@
 // Data parallelism over global batches: every rank iterates the same global batches (an
 // iterator seeded alike everywhere) and this iterator hands data replica d of n its rows of each,
-// share_of(B, d, n) (comm/functions/parallel_region.h). The replicas' averaged gradients are
+// share_of(B, d, n) (comm/tensor_parallel/parallel_region.h). The replicas' averaged gradients are
 // then the whole batch's, so that a run takes the same steps on any number of replicas; in
 // deterministic mode bit for bit (core/deterministic.h), where the iterator's batches are what
 // StandardUpdater splits into gradient groups. Epochs, state and resuming are the global

@@ -5,7 +5,7 @@
 // elements [0, 512) of l1/W's "m" (flattened). consolidate_sharded_snapshots puts every rank's
 // slices together: the result loads into a one-process run (or any zero = 0 run) and equals
 // what that run's snapshot holds. Entries that are each rank's own (an iterator's order, the
-// trainer's state) are rank 0's. `bazel run //comm/data_parallel:consolidate_snapshot`.
+// trainer's state) are rank 0's. `bazel run //tools:consolidate_snapshot`.
 #pragma once
 
 #include <string>

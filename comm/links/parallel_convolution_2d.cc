@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "comm/functions/parallel_region.h"
+#include "comm/tensor_parallel/parallel_region.h"
 #include "core/ops.h"
 
 namespace tandem {

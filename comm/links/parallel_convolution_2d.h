@@ -12,7 +12,7 @@
 // iterator) and the same seed for the replicated layers; then a plain optimizer keeps them equal.
 #pragma once
 
-#include "comm/links/tensor_parallel_checkpoint.h"
+#include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
 #include "comm/transport/communicator.h"
 #include "layers/links/convolution_2d.h"
 

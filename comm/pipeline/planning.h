@@ -1,6 +1,6 @@
 // Planning a pipeline far larger than the machine at hand: the simulated bubble and peak stored
 // activations per rank of GPipe, 1F1B and interleaved 1F1B over a grid of pipeline depths and
-// microbatch counts, with equal stages. What `bazel run //comm/pipeline:simulate -- --table`
+// microbatch counts, with equal stages. What `bazel run //tools:simulate_pipeline -- --table`
 // prints (and docs/pipelines.md shows).
 #pragma once
 

@@ -140,7 +140,7 @@ std::string simulate_command(const Schedule& schedule, const SimulationOptions& 
   // The tool runs the built-in schedules; a schedule of one's own is shown as the closest.
   if (!known) cmd << "# '" << schedule.name << "' is not built in; simulated here as 1f1b\n";
   const std::string name = known ? schedule.name : schedule.stages > schedule.ranks ? "interleaved" : "1f1b";
-  cmd << "bazel run //comm/pipeline:simulate -- --schedule " << name << " --ranks " << schedule.ranks
+  cmd << "bazel run //tools:simulate_pipeline -- --schedule " << name << " --ranks " << schedule.ranks
       << " --stages-per-rank " << schedule.stages / schedule.ranks << " --microbatches " << schedule.microbatches
       << " --forward-ms " << list([](const StageCost& c) { return c.forward_s * 1e3; }) << " --backward-ms "
       << list([](const StageCost& c) { return c.backward_s * 1e3; }) << " --weight-ms "

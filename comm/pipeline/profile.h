@@ -44,7 +44,7 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link);
 // several hosts the ranks' rows are each right but their offsets are not.
 SimulationResult measured_result(const Pipeline& pipe);
 
-// The `bazel run //comm/pipeline:simulate -- ...` command line that simulates `schedule` with
+// The `bazel run //tools:simulate_pipeline -- ...` command line that simulates `schedule` with
 // the measured costs (per-stage lists, MiB = 2^20 bytes, GB/s): to plan other schedules and
 // microbatch counts for the same model, edit --schedule and --microbatches.
 std::string simulate_command(const Schedule& schedule, const SimulationOptions& measured);

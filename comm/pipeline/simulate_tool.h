@@ -1,4 +1,4 @@
-// The command line of `bazel run //comm/pipeline:simulate -- ...` as a function, so that tests
+// The command line of `bazel run //tools:simulate_pipeline -- ...` as a function, so that tests
 // run exactly what the tool runs. `simulate --help` lists the flags.
 #pragma once
 

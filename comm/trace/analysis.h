@@ -1,6 +1,6 @@
 // The cross-rank report from every rank's flight-recorder dump (trace_dump.h): what went wrong,
 // where, and who waited for whom. rank 0 prints it when a job fails with TANDEM_TRACE_DIR set;
-// `bazel run //comm/trace:analyze_traces -- DIR` prints it from the files.
+// `bazel run //tools:analyze_traces -- DIR` prints it from the files.
 //
 // It says, in this order:
 // - which ranks dumped and why (each rank's error), and which did not;

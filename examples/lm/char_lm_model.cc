@@ -4,11 +4,11 @@
 #include <cmath>
 
 #include "autograd/functions.h"
-#include "comm/functions/parallel_region.h"
-#include "comm/functions/vocab_parallel_cross_entropy.h"
-#include "comm/links/mixture_of_experts.h"
-#include "comm/links/parallel_transformer.h"
-#include "comm/links/vocab_parallel_embedding.h"
+#include "comm/tensor_parallel/parallel_region.h"
+#include "comm/tensor_parallel/vocab_parallel_cross_entropy.h"
+#include "comm/moe/mixture_of_experts.h"
+#include "comm/tensor_parallel/parallel_transformer.h"
+#include "comm/tensor_parallel/vocab_parallel_embedding.h"
 #include "layers/initializers.h"
 #include "layers/links/embed_id.h"
 #include "layers/links/layer_normalization.h"

@@ -41,7 +41,7 @@ struct CharLMConfig {
   std::int64_t layers = 4;      // transformer blocks
   std::int64_t mlp_ratio = 4;
   std::uint64_t seed = 0;
-  // Mixture of experts (comm/links/mixture_of_experts.h): with experts > 0, every block's MLP is
+  // Mixture of experts (comm/moe/mixture_of_experts.h): with experts > 0, every block's MLP is
   // a MixtureOfExperts of that many MLPs (each as wide as the dense one, so top_k = 1 has the
   // dense model's active size), spread over expert_group (null: all on this rank). The last
   // stage adds its layers' auxiliary losses to the loss.

@@ -1,6 +1,6 @@
 #include "examples/lm/replica_batches.h"
 
-#include "comm/functions/parallel_region.h"
+#include "comm/tensor_parallel/parallel_region.h"
 #include "core/ops.h"
 
 namespace tandem::examples {

@@ -19,7 +19,7 @@
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm       # 2 data-parallel replicas
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --experts 8   # 4 experts per rank
 //
-// --experts E makes every block's MLP a mixture of E experts (comm/links/mixture_of_experts.h),
+// --experts E makes every block's MLP a mixture of E experts (comm/moe/mixture_of_experts.h),
 // spread over groups of --expert-parallel data replicas (default: all of them); the shared
 // parameters are averaged over the replicas, each expert over the replicas that hold it.
 // Rank 0 prints the corpus (and its unigram baseline in bits per character), a progress bar and
@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/links/mixture_of_experts.h"
+#include "comm/moe/mixture_of_experts.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"

@@ -3,7 +3,7 @@
 // functions::multi_head_self_attention takes them), the heads attend, and "proj"
 // (Linear(dim, dim)) mixes their outputs:
 //   y = proj(multi_head_self_attention(qkv(x), heads, causal))      x, y: [B, T, dim]
-// The tensor-parallel form (comm/links/parallel_transformer.h) splits the same two projections
+// The tensor-parallel form (comm/tensor_parallel/parallel_transformer.h) splits the same two projections
 // by heads over ranks; with the same initialiser both start from the same weights.
 #pragma once
 

@@ -6,7 +6,7 @@
 // TransformerBlock: two residual branches, each behind a LayerNormalization:
 //   h = x + attention(ln1(x));   y = h + mlp(ln2(h))                 x, h, y: [B, T, dim]
 // The branches are any links of that shape: MultiHeadSelfAttention and TransformerMLP by
-// default, or their tensor-parallel forms (comm/links/parallel_transformer.h), so the block is
+// default, or their tensor-parallel forms (comm/tensor_parallel/parallel_transformer.h), so the block is
 // written once. Children: "ln1", "attention", "ln2", "mlp".
 #pragma once
 

@@ -7,7 +7,7 @@
 # bit-identical to the uninterrupted one.
 set -uo pipefail
 bin="examples/mnist/train_mnist_data_parallel"
-consolidate="comm/data_parallel/consolidate_snapshot"
+consolidate="tools/consolidate_snapshot"
 mpi() { timeout --signal=KILL 300 /usr/bin/mpiexec.mpich -n "$@"; }
 export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
 # Under the sanitizers (TANDEM_TEST_SHORT=1, .bazelrc's asan config) the first 12000 training and

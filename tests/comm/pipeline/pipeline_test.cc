@@ -519,7 +519,7 @@ TEST_CASE("profile: measured costs and timeline of a real step; 1F1B keeps less 
     const pipeline::SimulationResult predicted = pipeline::simulate(schedule, measured.options);
     CHECK(predicted.step_s > 0);
     const std::string command = pipeline::simulate_command(schedule, measured.options);
-    CHECK_THAT(command, Contains("bazel run //comm/pipeline:simulate -- --schedule " +
+    CHECK_THAT(command, Contains("bazel run //tools:simulate_pipeline -- --schedule " +
                                  std::string(which == 0 ? "gpipe" : "1f1b") + " --ranks " + std::to_string(p)) &&
                             Contains(" --microbatches " + std::to_string(m) + " --forward-ms "));
 

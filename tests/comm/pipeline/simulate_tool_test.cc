@@ -1,5 +1,5 @@
 // The views of a simulation (timeline, summary, Chrome trace), the planning table, and the
-// `simulate` tool's command line as `bazel run //comm/pipeline:simulate` runs it.
+// `simulate` tool's command line as `bazel run //tools:simulate_pipeline` runs it.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "comm/links/vocab_parallel_embedding.h"
+#include "comm/tensor_parallel/vocab_parallel_embedding.h"
 
 #include "autograd/functions/embed_id.h"
 #include "core/ops.h"

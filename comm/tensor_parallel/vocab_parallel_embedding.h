@@ -9,8 +9,8 @@
 
 #include <optional>
 
-#include "comm/functions/parallel_region.h"
-#include "comm/links/tensor_parallel_checkpoint.h"
+#include "comm/tensor_parallel/parallel_region.h"
+#include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
 #include "comm/transport/communicator.h"
 #include "layers/initializers.h"
 #include "layers/link.h"

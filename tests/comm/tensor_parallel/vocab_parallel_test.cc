@@ -6,8 +6,8 @@
 
 #include "autograd/functions.h"
 #include "comm/functions.h"
-#include "comm/links/tensor_parallel_linear.h"
-#include "comm/links/vocab_parallel_embedding.h"
+#include "comm/tensor_parallel/tensor_parallel_linear.h"
+#include "comm/tensor_parallel/vocab_parallel_embedding.h"
 #include "core/random.h"
 #include "layers/links/embed_id.h"
 #include "tests/core/test_util.h"

@@ -1,4 +1,4 @@
-#include "comm/functions/parallel_region.h"
+#include "comm/tensor_parallel/parallel_region.h"
 
 #include <algorithm>
 

@@ -14,7 +14,7 @@
 // is whole heads; the MLP's hidden size may split unevenly (share_of).
 #pragma once
 
-#include "comm/links/tensor_parallel_linear.h"
+#include "comm/tensor_parallel/tensor_parallel_linear.h"
 #include "layers/links/transformer.h"
 
 namespace tandem {

@@ -1,12 +1,12 @@
-// The tensor-parallel transformer block (comm/links/parallel_transformer.h) on 2 and 3 ranks
+// The tensor-parallel transformer block (comm/tensor_parallel/parallel_transformer.h) on 2 and 3 ranks
 // against TransformerBlock in one process, both built with the same seeded initialisers: the
 // output, the input's gradient and every parameter's gradient (each rank's share of the split
 // ones) agree to f64 rounding; errors for heads that do not split.
 #include <catch2/catch.hpp>
 
 #include "autograd/functions.h"
-#include "comm/links/parallel_transformer.h"
-#include "comm/links/tensor_parallel_checkpoint.h"
+#include "comm/tensor_parallel/parallel_transformer.h"
+#include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
 #include "tests/core/test_util.h"
 
 using namespace tandem;

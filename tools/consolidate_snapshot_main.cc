@@ -2,7 +2,7 @@
 // data-parallel run (zero >= 1), in rank order, into the snapshot one process would have
 // written (sharded_snapshot.h).
 //
-//   bazel run //comm/data_parallel:consolidate_snapshot -- $PWD/one.npz
+//   bazel run //tools:consolidate_snapshot -- $PWD/one.npz
 //       $PWD/result/snapshot_iter_600.npz $PWD/result/rank1/snapshot_iter_600.npz   (one line)
 #include <cstdio>
 #include <exception>

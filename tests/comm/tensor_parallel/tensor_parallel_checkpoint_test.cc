@@ -1,5 +1,5 @@
 // Converting a tensor-parallel model's parameters to the unsplit model's and back
-// (comm/links/tensor_parallel_checkpoint.h), at 1 to 4 ranks: the split model gathered equals
+// (comm/tensor_parallel/tensor_parallel_checkpoint.h), at 1 to 4 ranks: the split model gathered equals
 // the unsplit model built from the same seed; unsplit values scattered into the split model and
 // gathered again come back exactly; through a one-process npz file; and the errors.
 #include <catch2/catch.hpp>
@@ -7,9 +7,9 @@
 #include <cstdio>
 
 #include "comm/links/parallel_convolution_2d.h"
-#include "comm/links/tensor_parallel_checkpoint.h"
-#include "comm/links/tensor_parallel_linear.h"
-#include "comm/links/vocab_parallel_embedding.h"
+#include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
+#include "comm/tensor_parallel/tensor_parallel_linear.h"
+#include "comm/tensor_parallel/vocab_parallel_embedding.h"
 #include "core/random.h"
 #include "layers/links/convolution_2d.h"
 #include "layers/links/embed_id.h"

@@ -1,4 +1,4 @@
-#include "comm/links/mixture_of_experts.h"
+#include "comm/moe/mixture_of_experts.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,8 @@
-#include "comm/links/tensor_parallel_checkpoint.h"
+#include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
 
 #include <functional>
 
-#include "comm/functions/parallel_region.h"
+#include "comm/tensor_parallel/parallel_region.h"
 #include "core/error.h"
 #include "core/ops.h"
 

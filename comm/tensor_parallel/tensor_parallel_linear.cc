@@ -1,4 +1,4 @@
-#include "comm/links/tensor_parallel_linear.h"
+#include "comm/tensor_parallel/tensor_parallel_linear.h"
 
 #include "autograd/functions/arithmetic.h"
 #include "autograd/functions/linalg.h"

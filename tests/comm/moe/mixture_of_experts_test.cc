@@ -1,4 +1,4 @@
-// MixtureOfExperts (comm/links/mixture_of_experts.h) split over 2 and 4 ranks against the same
+// MixtureOfExperts (comm/moe/mixture_of_experts.h) split over 2 and 4 ranks against the same
 // layer in one process, in f64: the output, every gradient, the dropped tokens and the
 // parameters after one step of the grouped multi-node optimizer agree to 1e-10, for k = 1 and
 // 2, dropless and with a capacity, with a router that spreads tokens and one that sends every
@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "autograd/functions.h"
-#include "comm/links/mixture_of_experts.h"
+#include "comm/moe/mixture_of_experts.h"
 #include "layers/links/transformer.h"
 #include "layers/optimizers/sgd.h"
 #include "tests/core/test_util.h"

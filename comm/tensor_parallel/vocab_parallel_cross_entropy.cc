@@ -1,4 +1,4 @@
-#include "comm/functions/vocab_parallel_cross_entropy.h"
+#include "comm/tensor_parallel/vocab_parallel_cross_entropy.h"
 
 #include "comm/functions/communication_node.h"
 #include "core/error.h"

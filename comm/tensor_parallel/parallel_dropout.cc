@@ -1,4 +1,4 @@
-#include "comm/functions/parallel_dropout.h"
+#include "comm/tensor_parallel/parallel_dropout.h"
 
 #include "autograd/grad_mode.h"
 #include "comm/functions/communication_node.h"

@@ -1,5 +1,5 @@
 // Megatron-LM's tensor-parallel linear layers, drop-ins for Linear whose weight is split across
-// the ranks of a communicator (comm/functions/parallel_region.h has the regions they use).
+// the ranks of a communicator (comm/tensor_parallel/parallel_region.h has the regions they use).
 //
 // ColumnParallelLinear splits the output features: rank r holds rows share_of(out_size, r) of W
 // (and of b). Every rank passes the same full input; the output is this rank's share of the
@@ -22,8 +22,8 @@
 // batches and seeds on every rank of the group).
 #pragma once
 
-#include "comm/functions/parallel_region.h"
-#include "comm/links/tensor_parallel_checkpoint.h"
+#include "comm/tensor_parallel/parallel_region.h"
+#include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
 #include "comm/transport/communicator.h"
 #include "layers/links/linear.h"
 

@@ -1,4 +1,4 @@
-// bazel run //comm/trace:analyze_traces -- DIR [JOB]
+// bazel run //tools:analyze_traces -- DIR [JOB]
 // Prints the cross-rank report (analysis.h) of the flight-recorder dumps in DIR (the newest
 // job's, or JOB's).
 #include <cstdio>

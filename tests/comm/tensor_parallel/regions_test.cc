@@ -1,4 +1,4 @@
-// The tensor-parallel regions (comm/functions/parallel_region.h) on 1 to 4 ranks, with sizes
+// The tensor-parallel regions (comm/tensor_parallel/parallel_region.h) on 1 to 4 ranks, with sizes
 // that do not divide by the ranks: each region's forward and every gradient against the same
 // computation written out in one process (f64), each under distributed_gradcheck, a Megatron
 // MLP block (column-parallel then row-parallel, through copy_to and reduce_from) against the
@@ -9,7 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "comm/functions.h"
 #include "comm/functions/gradcheck.h"
-#include "comm/functions/parallel_region.h"
+#include "comm/tensor_parallel/parallel_region.h"
 #include "tests/core/test_util.h"
 
 using namespace tandem;

@@ -1,4 +1,4 @@
-#include "comm/links/parallel_transformer.h"
+#include "comm/tensor_parallel/parallel_transformer.h"
 
 #include "autograd/functions/activation.h"
 #include "autograd/functions/attention.h"

@@ -1,4 +1,4 @@
-// bazel run //comm/pipeline:simulate -- --schedule 1f1b --ranks 4 --microbatches 8
+// bazel run //tools:simulate_pipeline -- --schedule 1f1b --ranks 4 --microbatches 8
 #include <iostream>
 #include <string>
 #include <vector>

@@ -1,11 +1,11 @@
-// ColumnParallelLinear and RowParallelLinear (comm/links/tensor_parallel_linear.h) against the
+// ColumnParallelLinear and RowParallelLinear (comm/tensor_parallel/tensor_parallel_linear.h) against the
 // unsplit Linear built from the same seed, at 1 to 4 ranks with sizes that do not divide: the
 // forward output, the input's and every parameter's gradient, and the parameters after one SGD
 // step, in f64; Megatron's MLP block (column, tanh, row); and the errors of a wrong split.
 #include <catch2/catch.hpp>
 
 #include "autograd/functions.h"
-#include "comm/links/tensor_parallel_linear.h"
+#include "comm/tensor_parallel/tensor_parallel_linear.h"
 #include "comm/optimizers/multi_node_optimizer.h"
 #include "core/random.h"
 #include "layers/optimizers/sgd.h"
