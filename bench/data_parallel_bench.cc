@@ -54,7 +54,7 @@
 #include "bench/mpi_timing.h"
 #include "comm/data_parallel/data_parallel_options.h"
 #include "comm/transport/background_progress.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/transport/communicator.h"
 #include "core/error.h"
 #include "core/random.h"

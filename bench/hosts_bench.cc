@@ -28,7 +28,7 @@
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
 #include "bench/mpi_timing.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/transport/communicator.h"
 #include "core/random.h"
 #include "layers/links/linear.h"

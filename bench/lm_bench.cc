@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/schedule.h"

@@ -1,5 +1,5 @@
 // Data parallelism as people run it today (create_multi_node_optimizer with DataParallelOptions,
-// comm/optimizers/multi_node_optimizer.h): gradients averaged in buckets that start while
+// comm/data_parallel/multi_node_optimizer.h): gradients averaged in buckets that start while
 // backward runs, accumulation over several backward passes, and the optimizer state and
 // gradients sharded over the ranks (ZeRO stages 1 and 2).
 //

@@ -1,5 +1,5 @@
 // How a data-parallel optimizer averages gradients and where it keeps its memory
-// (create_multi_node_optimizer(optimizer, comm, DataParallelOptions), comm/optimizers).
+// (create_multi_node_optimizer(optimizer, comm, DataParallelOptions), comm/data_parallel/multi_node_optimizer.h).
 #pragma once
 
 namespace tandem {

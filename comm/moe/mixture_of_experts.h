@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/transport/communicator.h"
 #include "layers/link.h"
 #include "layers/links/linear.h"

@@ -22,7 +22,7 @@
 #include "autograd/functions.h"
 #include "comm/data/data.h"
 #include "comm/links/multi_node_chain_list.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/training/multi_node_evaluator.h"
 #include "comm/training/multi_node_snapshot.h"
 #include "data/data.h"

@@ -39,7 +39,7 @@
 
 #include "autograd/functions.h"
 #include "comm/data/scatter_dataset.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/pipeline_training.h"

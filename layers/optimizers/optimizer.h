@@ -26,7 +26,7 @@ class OptimizerHook {
 };
 
 // Runs at the start of every update, before the hooks: a data-parallel optimizer averages the
-// gradients over processes here (comm/optimizers). Returns false to skip this update (the
+// gradients over processes here (comm/data_parallel/multi_node_optimizer.h). Returns false to skip this update (the
 // first update of a multi-node optimizer broadcasts the parameters instead).
 class GradientSync {
  public:

@@ -11,7 +11,7 @@
 
 #include "autograd/functions.h"
 #include "comm/functions.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/transport/mpi_env.h"
 #include "comm/transport/communicator.h"
 #include "layers/links/linear.h"

@@ -12,7 +12,7 @@
 
 #include "autograd/functions.h"
 #include "comm/data_parallel/data_parallel_optimizer.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
 #include "layers/optimizers/sgd.h"

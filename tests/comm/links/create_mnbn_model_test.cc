@@ -13,7 +13,7 @@
 #include "autograd/grad_mode.h"
 #include "comm/links/create_mnbn_model.h"
 #include "comm/links/multi_node_batch_normalization.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "core/error.h"
 #include "layers/links/batch_normalization.h"
 #include "layers/links/linear.h"

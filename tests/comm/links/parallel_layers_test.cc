@@ -6,7 +6,7 @@
 #include "comm/functions.h"
 #include "comm/links/multi_node_batch_normalization.h"
 #include "comm/links/parallel_convolution_2d.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/sgd.h"
 #include "tests/core/test_util.h"

@@ -10,7 +10,7 @@
 #include "autograd/functions.h"
 #include "comm/data_parallel/data_parallel.h"
 #include "comm/links/multi_node_n_step_rnn.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/training/multi_node_evaluator.h"
 #include "data/data.h"
 #include "layers/links/linear.h"

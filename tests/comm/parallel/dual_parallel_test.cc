@@ -7,7 +7,7 @@
 
 #include "autograd/functions.h"
 #include "comm/links/multi_node_chain_list.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/sgd.h"
 #include "tests/core/test_util.h"

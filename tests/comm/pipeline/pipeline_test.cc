@@ -11,7 +11,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/grad_mode.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/pipeline_training.h"

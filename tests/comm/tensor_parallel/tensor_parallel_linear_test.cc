@@ -6,7 +6,7 @@
 
 #include "autograd/functions.h"
 #include "comm/tensor_parallel/tensor_parallel_linear.h"
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 #include "core/random.h"
 #include "layers/optimizers/sgd.h"
 #include "tests/core/test_util.h"

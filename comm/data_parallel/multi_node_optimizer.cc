@@ -1,4 +1,4 @@
-#include "comm/optimizers/multi_node_optimizer.h"
+#include "comm/data_parallel/multi_node_optimizer.h"
 
 #include <string>
 #include <vector>
