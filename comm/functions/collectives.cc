@@ -1,5 +1,6 @@
 #include "comm/functions/collectives.h"
 
+#include "comm/functions/backward_scope.h"
 #include "comm/functions/communication_node.h"
 #include "core/error.h"
 

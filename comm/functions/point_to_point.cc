@@ -2,7 +2,8 @@
 
 #include "comm/functions/communication_node.h"
 #include "comm/functions/pseudo_connect.h"
-#include "comm/transport/differentiable_messages.h"
+#include "comm/functions/backward_scope.h"
+#include "comm/protocol/activations_and_gradients.h"
 #include "core/error.h"
 
 namespace tandem::functions {
@@ -18,7 +19,7 @@ class SendFunction final : public CommunicationNode {
   std::vector<Tensor> forward(const std::vector<Tensor>& xs) override {
     TANDEM_CHECK(!xs.empty(), "send: nothing to send from rank ", comm_->rank(), " to rank ", peer_);
     remember_inputs(xs);
-    comm_detail::send_activations(*comm_, xs, peer_, tag_, recording());
+    protocol::send_activations(*comm_, xs, std::vector<bool>(xs.size(), recording()), {peer_, tag_}, false);
     return {Tensor({0}, DType::f32, xs[0].device())};  // the delegate
   }
 
@@ -28,7 +29,7 @@ class SendFunction final : public CommunicationNode {
     std::vector<Tensor> grads(n);
     for (std::uint32_t i = 0; i < n; ++i) {
       if (!is_floating(inputs_[i].dtype)) continue;  // no gradient travels for integer data
-      Tensor grad = comm_detail::recv_gradient(*comm_, peer_, tag_, i, n, inputs_[i].dtype, inputs_[i].shape);
+      Tensor grad = protocol::recv_gradient(*comm_, {peer_, tag_}, i, n, inputs_[i].dtype, inputs_[i].shape);
       if (needs_input_grad(i)) grads[i] = grad;
     }
     return on_input_devices(grads);
@@ -58,9 +59,10 @@ class RecvFunction final : public CommunicationNode {
 
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs) override {
     remember_inputs(inputs);  // the delegate, if any
-    comm_detail::Activations got = comm_detail::recv_activations(*comm_, peer_, tag_);
-    TANDEM_CHECK(got.records_graph == recording(), "recv on rank ", comm_->rank(), " from rank ", peer_, " (tag ",
-                 tag_, "): rank ", peer_, (got.records_graph ? " records" : " does not record"),
+    protocol::Received got = protocol::recv_list(*comm_, {peer_, tag_}, false, "recv", "the activations of a send");
+    const bool records_graph = got.takes_gradient[0];
+    TANDEM_CHECK(records_graph == recording(), "recv on rank ", comm_->rank(), " from rank ", peer_, " (tag ",
+                 tag_, "): rank ", peer_, (records_graph ? " records" : " does not record"),
                  " the graph of its send but rank ", comm_->rank(), (recording() ? " records" : " does not record"),
                  " this recv; both must (or neither, under NoGradGuard), or one of them would wait for a gradient "
                  "forever");
@@ -77,7 +79,7 @@ class RecvFunction final : public CommunicationNode {
     CommBackwardScope scope;
     const auto n = static_cast<std::uint32_t>(grad_outputs.size());
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (is_floating(dtypes_[i])) comm_detail::send_gradient(*comm_, grad_outputs[i], peer_, tag_, i, n, list_);
+      if (is_floating(dtypes_[i])) protocol::send_gradient(*comm_, grad_outputs[i], i, n, list_, {peer_, tag_});
     }
     // The delegate's gradient is a formality: it makes the engine run the send behind it.
     return zero_input_grads();

@@ -11,7 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/weight_gradient_queue.h"
 #include "core/deterministic.h"
-#include "comm/pipeline/pipeline_messages.h"
+#include "comm/protocol/activations_and_gradients.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/random.h"
@@ -72,8 +72,8 @@ std::uint64_t schedule_digest(const Schedule& schedule) {
 // Every rank's JSON document, in rank order (one allgather).
 std::vector<Json> exchange_documents(Communicator& comm, const Json& mine) {
   std::vector<Json> all;
-  for (const Tensor& t : comm.allgather(detail::text_tensor(mine.dump())))
-    all.push_back(Json::parse(detail::tensor_text(t)));
+  for (const Tensor& t : comm.allgather(protocol::text_tensor(mine.dump())))
+    all.push_back(Json::parse(protocol::tensor_text(t)));
   return all;
 }
 
@@ -204,7 +204,7 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
     // Deterministic mode: each microbatch is a gradient group (core/deterministic.h), on every stage.
     if (training && deterministic())
       for (int m = 0; m < schedule_.microbatches; ++m) record_gradient_group();
-  } catch (const detail::PipelineAbort& abort) {
+  } catch (const protocol::Aborted& abort) {
     failure = abort.failure;
   } catch (const std::exception& e) {
     failure = tandem::detail::concat("rank ", comm_->rank(), ", ", current_action_, ": ", e.what());
@@ -218,7 +218,7 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
     for (auto& entry : weight_queues_) entry.second.clear();
     // Whoever waits on a channel from this rank gets the abort instead of waiting forever.
     for (const Channel& c : outgoing_channels()) {
-      detail::send_abort(*comm_, failure, c.peer, c.tag);
+      protocol::send_abort(*comm_, failure, {c.peer, c.tag, -1, false});
       ++sent_[static_cast<std::size_t>(c.tag)];
     }
   }
@@ -299,10 +299,10 @@ Variables Pipeline::stage_inputs(int stage, int microbatch, bool training) {
     const int tag = 2 * (stage - 1);
     int consumed = 0;
     try {
-      detail::ReceivedTensors got = detail::recv_tensors(
-          *comm_, from, tag, microbatch, false,
+      protocol::Received got = protocol::recv_list(
+          *comm_, {from, tag, microbatch}, false, "pipeline: receive",
           tandem::detail::concat("the activation of microbatch ", microbatch, " from stage ", stage - 1, " on rank ", from),
-          consumed);
+          &consumed);
       tensors = std::move(got.tensors);
       takes_gradient = std::move(got.takes_gradient);
     } catch (...) {
@@ -349,8 +349,13 @@ void Pipeline::deliver(int from_stage, int to_stage, int microbatch, const std::
     return;
   }
   const int tag = gradients ? 2 * to_stage + 1 : 2 * from_stage;
-  sent_[static_cast<std::size_t>(tag)] +=
-      detail::send_tensors(*comm_, tensors, takes_gradient, to, tag, microbatch, gradients);
+  const protocol::Channel channel{to, tag, microbatch, false};  // isend: this rank goes on computing
+  if (gradients) {
+    protocol::send_gradients(*comm_, tensors, channel);
+  } else {
+    protocol::send_activations(*comm_, tensors, takes_gradient, channel, true);
+  }
+  sent_[static_cast<std::size_t>(tag)] += static_cast<std::int64_t>(tensors.size());
 }
 
 namespace {
@@ -430,10 +435,10 @@ std::vector<Tensor> Pipeline::take_gradients(int stage, int microbatch, std::siz
     const int tag = 2 * stage + 1;
     int consumed = 0;
     try {
-      grads = detail::recv_tensors(*comm_, from, tag, microbatch, true,
-                                   tandem::detail::concat("the gradient of microbatch ", microbatch, " from stage ", stage + 1,
-                                                  " on rank ", from),
-                                   consumed)
+      grads = protocol::recv_list(*comm_, {from, tag, microbatch}, true, "pipeline: receive",
+                                  tandem::detail::concat("the gradient of microbatch ", microbatch, " from stage ",
+                                                         stage + 1, " on rank ", from),
+                                  &consumed)
                   .tensors;
     } catch (...) {
       received_[static_cast<std::size_t>(tag)] += consumed;
@@ -559,7 +564,7 @@ StepResult Pipeline::finish_step(const std::string& failure, bool primary, std::
     for (const Channel& c : incoming_channels()) {
       const std::int64_t sent = all[c.peer]["sent"][c.tag];
       for (std::int64_t& got = received_[static_cast<std::size_t>(c.tag)]; got < sent; ++got)
-        detail::drop_message(*comm_, c.peer, c.tag);
+        protocol::drop_message(*comm_, c.peer, c.tag);
     }
     comm_->wait_sends();
     TANDEM_FAIL("pipeline: ", schedule_.describe(), ": the step failed (every rank stopped it): ", failures);

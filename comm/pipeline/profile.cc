@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/pipeline/pipeline_messages.h"
+#include "comm/protocol/activations_and_gradients.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -57,8 +57,8 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
   MeasuredStep out;
   out.options.link = link;
   out.options.stage_costs.assign(static_cast<std::size_t>(schedule.stages), StageCost{});
-  for (const Tensor& t : comm.allgather(detail::text_tensor(mine.dump()))) {
-    const Json rank = Json::parse(detail::tensor_text(t));
+  for (const Tensor& t : comm.allgather(protocol::text_tensor(mine.dump()))) {
+    const Json rank = Json::parse(protocol::tensor_text(t));
     out.step_s = std::max(out.step_s, rank["step_s"].get<double>());
     out.peak_bytes.push_back(rank["peak_bytes"]);
     for (const Json& st : rank["stages"]) {
@@ -94,8 +94,8 @@ SimulationResult measured_result(const Pipeline& pipe) {
                                a.start_s, a.end_s, profile.compute_s[i]});
   }
   std::vector<Json> all;
-  for (const Tensor& t : pipe.communicator().allgather(detail::text_tensor(mine.dump())))
-    all.push_back(Json::parse(detail::tensor_text(t)));
+  for (const Tensor& t : pipe.communicator().allgather(protocol::text_tensor(mine.dump())))
+    all.push_back(Json::parse(protocol::tensor_text(t)));
   double origin = all[0]["start"];
   for (const Json& rank : all) origin = std::min(origin, rank["start"].get<double>());
   SimulationResult result;

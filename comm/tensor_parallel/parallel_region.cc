@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/functions/backward_scope.h"
 #include "comm/functions/communication_node.h"
 #include "core/error.h"
 #include "core/ops.h"

@@ -30,7 +30,7 @@ std::string tensor_of(const json& e) {
   return out + "]";
 }
 
-// "allreduce f32[4] (backward, stage 1 microbatch 2)"
+// "allreduce f32[4] (in backward, stage 1 microbatch 2)"
 std::string what(const json& e) {
   std::string out = e["op"].get<std::string>();
   const std::string tensor = tensor_of(e);
@@ -44,7 +44,7 @@ std::string what(const json& e) {
   } else if (e["peer"].get<int>() >= 0) {
     notes.push_back("root " + std::to_string(e["peer"].get<int>()));
   }
-  if (e["backward"].get<bool>()) notes.push_back("in backward");
+  if (!e.value("context", std::string()).empty()) notes.push_back(e["context"].get<std::string>());
   if (e["stage"].get<long long>() >= 0)
     notes.push_back("stage " + std::to_string(e["stage"].get<long long>()) + " microbatch " +
                     std::to_string(e["microbatch"].get<long long>()));

@@ -33,7 +33,7 @@ struct FlightEntry {
   bool collective = false;
   bool receive = false;        // point to point: this rank receives (else sends)
   bool in_flight = false;      // posted without waiting (isend, a started collective): ends later
-  bool backward = false;       // sent or received by a differentiable function's backward
+  std::string context;         // the label of the scope it was called in ("in backward"), if any
   int comm = -1;               // the communicator's id (the same on its ranks)
   int rank = 0;                // this process's rank in that communicator
   int peer = -1;               // point to point: the other rank; collectives: the root (-1: none)

@@ -32,7 +32,7 @@ json entry_json(const FlightEntry& e) {
               {"collective", e.collective},
               {"receive", e.receive},
               {"in_flight", e.in_flight},
-              {"backward", e.backward},
+              {"context", e.context},
               {"comm", e.comm},
               {"rank", e.rank},
               {"peer", e.peer},

@@ -10,7 +10,7 @@
 namespace tandem {
 
 namespace {
-thread_local bool g_in_backward = false;
+thread_local const char* g_scope_label = nullptr;  // CommLabelScope's innermost label
 
 std::atomic<bool>& collective_site_check() {
   static std::atomic<bool> on{[] {
@@ -25,9 +25,9 @@ std::atomic<bool>& collective_site_check() {
 bool check_collective_sites_enabled() { return collective_site_check().load(std::memory_order_relaxed); }
 void set_check_collective_sites(bool on) { collective_site_check().store(on, std::memory_order_relaxed); }
 
-CommBackwardScope::CommBackwardScope() : previous_(g_in_backward) { g_in_backward = true; }
-CommBackwardScope::~CommBackwardScope() { g_in_backward = previous_; }
-bool CommBackwardScope::active() { return g_in_backward; }
+CommLabelScope::CommLabelScope(const char* label) : previous_(g_scope_label) { g_scope_label = label; }
+CommLabelScope::~CommLabelScope() { g_scope_label = previous_; }
+const char* CommLabelScope::current() { return g_scope_label; }
 
 namespace {
 // Moves a result to the requested device. The MPI layer has already put it where the

@@ -45,23 +45,31 @@ enum class AllreduceOp { sum, mean };
 // The largest tag a user may pass (tags above it are reserved for collectives).
 inline constexpr int kMaxUserTag = 32766;
 
-// What the differentiable functions add to a point-to-point message: the kind of message, its
-// flags and its place in a list of tensors (message.h).
+// What a layer built on the transport adds to a point-to-point message (message.h): its kind
+// (layer_message for a layer's own protocol), the layer's name for it and its own bits, and the
+// message's place in a list of tensors.
 struct MessageOptions {
   comm_detail::OpKind kind = comm_detail::OpKind::tensor_send;
-  std::uint8_t flags = 0;
+  std::string label;              // layer_message: what the layer calls it ("activation")
+  std::uint8_t layer_flags = 0;   // layer_message: the layer's bits, carried as they are
+  std::uint8_t flags = 0;         // transport flags: kFlagList
   std::uint32_t list_index = 0;
   std::uint32_t list_size = 1;
   // false: return once the message is posted, without waiting for the receiver (isend).
   bool blocking = true;
-  // Carried in the header's aux field for the receiver (the pipeline's microbatch number).
+  // Carried in the header's aux field for the receiver (a layer's number, e.g. a microbatch).
   std::int64_t aux = -1;
+  // The sending operation's name, for the flight recorder and errors ("send", "recv backward").
+  const char* operation = "send";
 };
 
 // What a receive expects, checked against the header that arrives.
 struct MessageExpectation {
   comm_detail::OpKind kind = comm_detail::OpKind::tensor_send;
   std::string operation;      // the receiving operation, for errors: "send backward"
+  // layer_message: what the receiver expects, for errors ("an activation"); the layer checks
+  // the label and layer flags of what arrives itself.
+  std::string expects;
   bool check_tensor = false;  // whether dtype and shape below must match
   DType dtype = DType::f32;
   Shape shape;
@@ -81,8 +89,8 @@ struct ReceivedMessage {
   Tensor tensor;
 };
 
-// A collective whose data moves while this rank computes (the data-parallel gradient buckets
-// of comm/data_parallel): Communicator::start_* exchange and check the headers as every
+// A collective whose data moves while this rank computes (the data-parallel buckets of
+// comm/data_parallel): Communicator::start_* exchange and check the headers as every
 // collective does, then post the data movement and return. test() moves it on without blocking
 // (MPI progresses only inside MPI calls, so a caller that computes calls it now and then);
 // wait() completes it, with the same diagnosis as any wait, and returns the result. Dropping
@@ -203,7 +211,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual Tensor bcast_checked(const Tensor& x, int root, std::uint64_t digest, const char* operation, CallSite site = CallSite::current()) = 0;
   virtual Tensor allreduce_checked(const Tensor& x, AllreduceOp op, std::uint64_t digest, const char* operation, CallSite site = CallSite::current()) = 0;
 
-  // --- for the differentiable functions (comm/functions) ------------------------------------
+  // --- for the layers that build their own protocol on the transport (comm/protocol) ----------
   virtual void send_message(const Tensor& x, int dest, int tag, const MessageOptions& options, CallSite site = CallSite::current()) = 0;
   virtual ReceivedMessage recv_message(int source, int tag, const MessageExpectation& expect, CallSite site = CallSite::current()) = 0;
 
@@ -249,18 +257,21 @@ CommunicatorPtr create_communicator(const std::string& name = "naive");
 bool check_collective_sites_enabled();
 void set_check_collective_sites(bool on);
 
-// Marks the scope of a differentiable function's backward, so that the messages it sends say so
-// (errors then read "allreduce (in backward)").
-class CommBackwardScope {
+// Labels the collectives called in its scope: their headers carry `label` (a literal), so that
+// errors name it: "allreduce (in backward)". The layer above says what the scope is (the
+// differentiable functions label their backward); the transport only carries the text. Scopes
+// nest; the innermost label wins.
+class CommLabelScope {
  public:
-  CommBackwardScope();
-  ~CommBackwardScope();
-  CommBackwardScope(const CommBackwardScope&) = delete;
-  CommBackwardScope& operator=(const CommBackwardScope&) = delete;
-  static bool active();
+  explicit CommLabelScope(const char* label);
+  ~CommLabelScope();
+  CommLabelScope(const CommLabelScope&) = delete;
+  CommLabelScope& operator=(const CommLabelScope&) = delete;
+  // The innermost scope's label on this thread, or nullptr.
+  static const char* current();
 
  private:
-  bool previous_;
+  const char* previous_;
 };
 
 }  // namespace tandem

@@ -11,10 +11,8 @@ namespace tandem::comm_detail {
 const char* op_kind_name(OpKind kind) {
   switch (kind) {
     case OpKind::tensor_send: return "send";
-    case OpKind::fn_send: return "send (differentiable, forward)";
-    case OpKind::fn_recv_grad: return "recv backward (gradient for a send)";
+    case OpKind::layer_message: return "a layer's message";
     case OpKind::object_send: return "send_obj";
-    case OpKind::pipeline: return "pipeline";
     case OpKind::barrier: return "barrier";
     case OpKind::bcast: return "bcast";
     case OpKind::gather: return "gather";
@@ -37,7 +35,9 @@ bool is_collective(OpKind kind) { return static_cast<int>(kind) >= static_cast<i
 namespace {
 
 bool valid_kind(std::uint8_t value) {
-  return (value >= 1 && value <= static_cast<std::uint8_t>(OpKind::pipeline)) ||
+  return value == static_cast<std::uint8_t>(OpKind::tensor_send) ||
+         value == static_cast<std::uint8_t>(OpKind::layer_message) ||
+         value == static_cast<std::uint8_t>(OpKind::object_send) ||
          (value >= static_cast<std::uint8_t>(OpKind::barrier) && value <= static_cast<std::uint8_t>(OpKind::last));
 }
 
@@ -60,6 +60,8 @@ struct WireHeader {
   std::uint8_t ndim;
   std::uint8_t data_flags;
   std::uint16_t site_bytes;  // the call-site text that follows the shape
+  std::uint8_t label_bytes;  // the label that follows the call site
+  std::uint8_t layer_flags;
   std::uint64_t payload_bytes;
   std::uint64_t address;
 };
@@ -69,8 +71,12 @@ struct WireHeader {
 
 std::string MessageHeader::describe() const {
   std::ostringstream out;
-  out << op_kind_name(kind);
-  if (has_flag(kFlagBackward) && is_collective(kind)) out << " (in backward)";
+  if (kind == OpKind::layer_message) {
+    out << (label.empty() ? op_kind_name(kind) : label.c_str());
+  } else {
+    out << op_kind_name(kind);
+    if (!label.empty()) out << " (" << label << ")";
+  }
   if (is_collective(kind) ? has_flag(kFlagTyped)
                            : kind != OpKind::object_send) {
     out << " " << dtype_name(dtype) << shape_str(shape);
@@ -90,7 +96,7 @@ std::string MessageHeader::describe() const {
 }
 
 std::size_t encoded_header_size(const MessageHeader& header) {
-  return sizeof(WireHeader) + header.shape.size() * sizeof(std::int64_t) + header.site.size();
+  return sizeof(WireHeader) + header.shape.size() * sizeof(std::int64_t) + header.site.size() + header.label.size();
 }
 
 void encode_header(const MessageHeader& header, std::vector<char>& out) {
@@ -112,8 +118,12 @@ void encode_header(const MessageHeader& header, std::vector<char>& out) {
   wire.aux = header.aux;
   TANDEM_CHECK(header.site.size() <= kMaxSiteBytes, "comm: a call site of ", header.site.size(),
                " bytes (at most ", kMaxSiteBytes, ")");
+  TANDEM_CHECK(header.label.size() <= kMaxLabelBytes, "comm: a message label of ", header.label.size(),
+               " bytes (at most ", kMaxLabelBytes, ")");
   wire.ndim = static_cast<std::uint8_t>(header.shape.size());
   wire.site_bytes = static_cast<std::uint16_t>(header.site.size());
+  wire.label_bytes = static_cast<std::uint8_t>(header.label.size());
+  wire.layer_flags = header.layer_flags;
   wire.data_flags = header.data_flags;
   wire.payload_bytes = header.payload_bytes;
   wire.address = header.address;
@@ -122,9 +132,9 @@ void encode_header(const MessageHeader& header, std::vector<char>& out) {
   std::memcpy(out.data() + start, &wire, sizeof(wire));
   if (!header.shape.empty())
     std::memcpy(out.data() + start + sizeof(wire), header.shape.data(), header.shape.size() * sizeof(std::int64_t));
-  if (!header.site.empty())
-    std::memcpy(out.data() + start + sizeof(wire) + header.shape.size() * sizeof(std::int64_t), header.site.data(),
-                header.site.size());
+  char* text = out.data() + start + sizeof(wire) + header.shape.size() * sizeof(std::int64_t);
+  if (!header.site.empty()) std::memcpy(text, header.site.data(), header.site.size());
+  if (!header.label.empty()) std::memcpy(text + header.site.size(), header.label.data(), header.label.size());
 }
 
 DecodedMessage decode_header(const char* data, std::size_t size, int source) {
@@ -150,9 +160,15 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   if (wire.site_bytes > 0 && !is_collective(static_cast<OpKind>(wire.kind)))
     throw bad("a call site on a point-to-point message");
   const std::size_t shape_end = sizeof(WireHeader) + wire.ndim * sizeof(std::int64_t);
-  const std::size_t header_bytes = shape_end + wire.site_bytes;
+  const std::size_t label_start = shape_end + wire.site_bytes;
+  const std::size_t header_bytes = label_start + wire.label_bytes;
   if (size < shape_end) throw bad("shape cut short");
-  if (size < header_bytes) throw bad("call site cut short");
+  if (size < label_start) throw bad("call site cut short");
+  if (size < header_bytes) throw bad("label cut short");
+  if (wire.kind == static_cast<std::uint8_t>(OpKind::layer_message) && wire.label_bytes == 0)
+    throw bad("a layer's message without a label");
+  if (wire.layer_flags != 0 && wire.kind != static_cast<std::uint8_t>(OpKind::layer_message))
+    throw bad(detail::concat("layer flags ", int(wire.layer_flags), " on a message no layer sent"));
 
   DecodedMessage message;
   message.header_bytes = header_bytes;
@@ -174,6 +190,8 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   header.shape.resize(wire.ndim);
   if (wire.ndim > 0) std::memcpy(header.shape.data(), data + sizeof(WireHeader), wire.ndim * sizeof(std::int64_t));
   header.site.assign(data + shape_end, wire.site_bytes);
+  header.label.assign(data + label_start, wire.label_bytes);
+  header.layer_flags = wire.layer_flags;
 
   // Collective headers describe a tensor only when typed; object messages carry bytes.
   const bool carries_tensor = is_collective(header.kind) ? header.has_flag(kFlagTyped)

@@ -7,6 +7,12 @@
 // with what it expects and, on a mismatch, raises an error naming both operations instead of
 // hanging or reading garbage.
 //
+// The header describes traffic, not its meaning. A layer that builds its own protocol on the
+// transport (comm/protocol) sends its tensors as
+// OpKind::layer_message, names them in `label` (which errors print) and keeps its own bits in
+// `layer_flags`; the transport carries both and never reads them. A collective called inside a
+// labelled scope (CommLabelScope, communicator.h) carries the scope's label the same way.
+//
 // decode_header() parses bytes that arrive from another process: it validates every field and
 // every length before use, and is the entry point of the message fuzzer.
 #pragma once
@@ -25,10 +31,8 @@ namespace tandem::comm_detail {
 enum class OpKind : std::uint8_t {
   // point to point
   tensor_send = 1,     // Communicator::send
-  fn_send = 2,         // forward of the differentiable send
-  fn_recv_grad = 3,    // backward of the differentiable recv: the gradient for a send
+  layer_message = 2,   // a tensor of a protocol layered on the transport, named by its label
   object_send = 4,     // Communicator::send_obj
-  pipeline = 5,        // a pipeline stage's activations, gradients or abort (comm/pipeline)
   // collectives (metadata exchange before the data moves)
   barrier = 16,
   bcast = 17,
@@ -50,15 +54,16 @@ const char* op_kind_name(OpKind kind);
 bool is_collective(OpKind kind);
 
 inline constexpr std::uint32_t kMessageMagic = 0x4d444e54;  // "TNDM"
-inline constexpr std::uint8_t kMessageVersion = 3;
+inline constexpr std::uint8_t kMessageVersion = 4;
 inline constexpr int kMaxDims = 8;
 // The longest call-site text a collective header carries (the call-site check, communicator.h).
 inline constexpr std::size_t kMaxSiteBytes = 1024;
+// The longest label a header carries (a layer's name for its message, or a scope's).
+inline constexpr std::size_t kMaxLabelBytes = 255;
 
 // Header flags.
 inline constexpr std::uint8_t kFlagInlinePayload = 1;  // the payload follows the header in the same message
-inline constexpr std::uint8_t kFlagRecordsGraph = 2;   // the sender recorded a graph node (gradients will flow)
-inline constexpr std::uint8_t kFlagBackward = 4;       // sent by a differentiable function's backward
+// Bits 2 and 4 are free.
 inline constexpr std::uint8_t kFlagList = 8;           // one of a list of tensors sent together
 inline constexpr std::uint8_t kFlagTyped = 16;         // collectives: dtype and shape describe this rank's tensor
 inline constexpr std::uint8_t kFlagAbandoned = 32;     // collectives: the sender gave up its previous collective
@@ -99,6 +104,10 @@ struct MessageHeader {
   // Collectives, with the call-site check on (communicator.h): where the user called it,
   // "file:line (function)"; empty otherwise. At most kMaxSiteBytes.
   std::string site;
+  // What the sending layer calls this message (layer_message: required) or the scope a collective
+  // was called in ("in backward"); empty otherwise. At most kMaxLabelBytes. Printed, never read.
+  std::string label;
+  std::uint8_t layer_flags = 0;    // layer_message: the sending layer's own bits, carried as they are
 
   bool has_data_flag(std::uint8_t flag) const { return (data_flags & flag) != 0; }
 
@@ -119,7 +128,8 @@ struct DecodedMessage {
 // Parses and validates a message received from rank `source` (for the error text). Throws
 // tandem::Error on anything malformed: wrong magic or version, unknown kind or dtype, too many
 // dimensions, negative extents, a payload size that does not match dtype x shape, or an
-// inline payload whose length does not match the message length.
+// inline payload whose length does not match the message length, a layer message without a
+// label.
 DecodedMessage decode_header(const char* data, std::size_t size, int source);
 
 }  // namespace tandem::comm_detail

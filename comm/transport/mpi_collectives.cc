@@ -320,7 +320,7 @@ std::int64_t MpiCommunicator::post_headers(FunctionRef<Header(int)> header_for, 
   auto finish = [&](Header header) {
     header.sequence = sequence;
     header.tag = kCollectiveTag;
-    if (CommBackwardScope::active()) header.flags |= comm_detail::kFlagBackward;
+    if (const char* label = CommLabelScope::current()) header.label = label;
     if (abandoned_previous) header.flags |= comm_detail::kFlagAbandoned;
     return header;
   };

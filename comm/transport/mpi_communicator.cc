@@ -197,7 +197,7 @@ std::int64_t MpiCommunicator::flight_record(trace::FlightEntry entry, bool ends_
   if (!recorder.enabled()) return -1;
   entry.comm = book_->id();
   entry.rank = rank_;
-  entry.backward = CommBackwardScope::active();
+  if (const char* label = CommLabelScope::current()) entry.context = label;
   entry.in_flight = !ends_with_call;
   if (flight_call_) {
     entry.site = flight_call_->user_;

@@ -60,8 +60,8 @@ class MpiCommunicator : public Communicator {
   std::string name() const override { return hierarchical_ ? "hierarchical" : "naive"; }
   MPI_Comm mpi_comm() const { return comm_; }
 
-  // "hierarchical" (ChainerMN's name): every allreduce (the data-parallel gradients, blocking
-  // or started) becomes a sum onto the first rank of each host, an allreduce among those ranks,
+  // "hierarchical" (ChainerMN's name): every allreduce (blocking or started; data
+  // parallelism's) becomes a sum onto the first rank of each host, an allreduce among those ranks,
   // and a broadcast within each host (mpi_hierarchical.cc), so each host sends its sum over the
   // network once instead of every rank sending its own. Everything else, the headers and their
   // checks included (on all ranks of the communicator), is the flat communicator's. Collective;
@@ -511,8 +511,8 @@ class MpiCommunicator : public Communicator {
   // (their header exchanges and hierarchical stages): called by every blocking wait. A rank
   // blocked on one communicator must still post the data phases it started on another, whose
   // peers may be waiting for them before they can reach this wait (MPI's progress rule, which
-  // covers only what has been posted to MPI). Without it, rank 0 waiting for bucket #3 on the
-  // gradients' communicator and rank 1 (whose #3 had not seen rank 0's header yet) blocked in a
+  // covers only what has been posted to MPI). Without it, rank 0 waiting for bucket #3 on one
+  // communicator and rank 1 (whose #3 had not seen rank 0's header yet) blocked in a
   // parameter gather on another hang each other.
   void progress_other_communicators();
   Header collective_header(comm_detail::OpKind kind, int root, const Tensor* typed);

@@ -166,14 +166,16 @@ void MpiCommunicator::receive_payload(const Incoming& incoming, void* dst, std::
 
 void MpiCommunicator::send_message(const Tensor& x, int dest, int tag, const MessageOptions& options, CallSite site) {
   FlightCall flight(*this, site);
-  const char* operation = options.kind == OpKind::fn_send        ? "send"
-                          : options.kind == OpKind::fn_recv_grad ? "recv backward"
-                                                                 : "send";
+  const char* operation = options.operation;
   check_peer(dest, tag, operation);
   check_defined(x, operation);
   Header header;
   header.kind = options.kind;
   header.flags = options.flags;
+  header.label = options.label;
+  header.layer_flags = options.layer_flags;
+  TANDEM_CHECK(options.kind != OpKind::layer_message || !options.label.empty(), "comm: ", operation, " on rank ",
+               rank_, " to rank ", dest, " (tag ", tag, "): a layer's message needs a label");
   header.dtype = x.dtype();
   header.shape = x.shape();
   header.payload_bytes = x.nbytes();
@@ -233,7 +235,10 @@ ReceivedMessage MpiCommunicator::recv_message(int source, int tag, const Message
   std::int64_t& expected_sequence = book_->expected(source, tag);
   std::string problem;
   if (header.kind != expect.kind) {
-    problem = detail::concat("it expects a message from ", comm_detail::op_kind_name(expect.kind));
+    problem = detail::concat("it expects ",
+                             expect.kind == OpKind::layer_message && !expect.expects.empty()
+                                 ? expect.expects
+                                 : detail::concat("a message from ", comm_detail::op_kind_name(expect.kind)));
   } else if (header.sequence != expected_sequence) {
     problem = detail::concat("it expects message #", expected_sequence, " on this tag");
   } else if (expect.check_tensor && (header.dtype != expect.dtype || header.shape != expect.shape)) {

@@ -80,14 +80,19 @@ void require_same(const MessageHeader& got, const MessageHeader& want) {
   CHECK(got.payload_bytes == want.payload_bytes);
   CHECK(got.data_flags == want.data_flags);
   CHECK(got.address == want.address);
+  CHECK(got.site == want.site);
+  CHECK(got.label == want.label);
+  CHECK(got.layer_flags == want.layer_flags);
 }
 
 }  // namespace
 
 TEST_CASE("message: every field survives encode and decode") {
   MessageHeader h;
-  h.kind = OpKind::fn_recv_grad;
-  h.flags = kFlagRecordsGraph | kFlagBackward | kFlagList;
+  h.kind = OpKind::layer_message;
+  h.flags = kFlagList;
+  h.label = "a layer's name for it";
+  h.layer_flags = 0xa5;
   h.dtype = DType::i64;
   h.tag = 32766;
   h.root = 5;
@@ -104,7 +109,7 @@ TEST_CASE("message: every field survives encode and decode") {
   REQUIRE(bytes.size() == 2 + encoded_header_size(h));
   CHECK(bytes[0] == 'x');
   CHECK(bytes[1] == 'y');
-  CHECK(encoded_header_size(h) == encoded_header_size(MessageHeader{}) + 8 * sizeof(std::int64_t));
+  CHECK(encoded_header_size(h) == encoded_header_size(MessageHeader{}) + 8 * sizeof(std::int64_t) + h.label.size());
 
   const DecodedMessage m = decode_header(bytes.data() + 2, bytes.size() - 2, kSource);
   require_same(m.header, h);
@@ -128,7 +133,7 @@ TEST_CASE("message: inline payload, scalar shape, every dtype and every kind rou
     CHECK(m.header_bytes == header_size);
     CHECK(static_cast<unsigned char>(bytes[m.header_bytes]) == 0xa0);
   }
-  const OpKind kinds[] = {OpKind::tensor_send, OpKind::fn_send,   OpKind::fn_recv_grad,   OpKind::object_send, OpKind::pipeline,
+  const OpKind kinds[] = {OpKind::tensor_send, OpKind::layer_message, OpKind::object_send,
                           OpKind::barrier,     OpKind::bcast,     OpKind::gather,         OpKind::scatter,
                           OpKind::allgather,   OpKind::alltoall,  OpKind::allreduce,      OpKind::reduce,
                           OpKind::reduce_scatter, OpKind::object_bcast, OpKind::object_gather, OpKind::split,
@@ -140,6 +145,7 @@ TEST_CASE("message: inline payload, scalar shape, every dtype and every kind rou
     h.shape = Shape{4};
     h.payload_bytes = 32;
     if (is_collective(kind)) h.flags = kFlagTyped;
+    if (kind == OpKind::layer_message) h.label = "activation";
     INFO("kind " << op_kind_name(kind));
     const std::vector<char> bytes = encode(h);
     require_same(decode_header(bytes.data(), bytes.size(), kSource).header, h);
@@ -158,7 +164,8 @@ TEST_CASE("message: describe names the operation, tensor and position") {
 
   MessageHeader c;
   c.kind = OpKind::gather;
-  c.flags = kFlagTyped | kFlagBackward;
+  c.flags = kFlagTyped;
+  c.label = "in backward";
   c.dtype = DType::i32;
   c.shape = Shape{5};
   c.root = 1;
@@ -170,6 +177,14 @@ TEST_CASE("message: describe names the operation, tensor and position") {
   o.payload_bytes = 11;
   o.tag = 3;
   CHECK(o.describe() == "send_obj of 11 bytes (tag 3, message #0)");
+
+  MessageHeader l = tensor_header();
+  l.kind = OpKind::layer_message;
+  l.label = "gradient";
+  l.shape = Shape{3};
+  l.payload_bytes = 12;
+  l.tag = 1;
+  CHECK(l.describe() == "gradient f32[3] (tag 1, message #2)");
 }
 
 TEST_CASE("message: payloads are checked only where a tensor is carried") {
@@ -236,6 +251,39 @@ TEST_CASE("message: a collective's call site survives encode and decode, and is 
   CHECK_THAT(decode_error(with_site), Contains("a call site on a point-to-point message"));
   h.site.assign(kMaxSiteBytes + 1, 'a');
   CHECK_THROWS_WITH(encode(h), Contains("a call site of 1025 bytes"));
+}
+
+TEST_CASE("message: a layer's label and flags travel as they are, and are checked on arrival") {
+  MessageHeader h = tensor_header();
+  h.kind = OpKind::layer_message;
+  h.label = "activation";
+  h.layer_flags = 0xff;
+  const std::vector<char> bytes = encode(h);
+  CHECK(bytes.size() == encoded_header_size(tensor_header()) + h.label.size());
+  require_same(decode_header(bytes.data(), bytes.size(), kSource).header, h);
+  // A collective in a labelled scope carries the label after its call site.
+  MessageHeader c;
+  c.kind = OpKind::allreduce;
+  c.flags = kFlagTyped;
+  c.shape = Shape{2};
+  c.payload_bytes = 8;
+  c.site = "x.cc:1 (f)";
+  c.label = "in backward";
+  const std::vector<char> collective = encode(c);
+  require_same(decode_header(collective.data(), collective.size(), kSource).header, c);
+  CHECK(c.describe() == "allreduce (in backward) f32[2] (collective #0) at x.cc:1 (f)");
+  // Cut inside the label; a layer's message without a label; layer flags on a plain send; a label
+  // longer than allowed.
+  const std::vector<char> cut(bytes.begin(), bytes.end() - 1);
+  CHECK_THAT(decode_error(cut), Contains("label cut short"));
+  MessageHeader unnamed = h;
+  unnamed.label.clear();
+  CHECK_THAT(decode_error(encode(unnamed)), Contains("a layer's message without a label"));
+  MessageHeader plain = tensor_header();
+  plain.layer_flags = 4;
+  CHECK_THAT(decode_error(encode(plain)), Contains("layer flags 4 on a message no layer sent"));
+  h.label.assign(kMaxLabelBytes + 1, 'a');
+  CHECK_THROWS_WITH(encode(h), Contains("a message label of 256 bytes"));
 }
 
 TEST_CASE("message: decode rejects malformed messages") {
@@ -333,8 +381,9 @@ TEST_CASE("message: decode rejects malformed messages") {
     h.kind = OpKind::scatter;
     h.flags = kFlagTyped;
     CHECK_THAT(decode_error(encode(h)), Contains(malformed) && Contains("payload of 48 bytes"));
-    h.kind = OpKind::fn_send;  // the differentiable send carries a tensor as well
+    h.kind = OpKind::layer_message;  // a layer's message carries a tensor as well
     h.flags = 0;
+    h.label = "activation";
     CHECK_THAT(decode_error(encode(h)), Contains(malformed) && Contains("payload of 48 bytes"));
   }
   SECTION("inline payload of the wrong length") {

@@ -68,7 +68,7 @@ for ranks in "${sizes[@]}"; do
     says $r "rank 0 sent send i64[5] (tag 1, message #0) to rank 1 on communicator #1 (of 2 ranks), which rank 1 never received"
   done
   run differentiable "$ranks"; failed
-  says 1 "rank 0 sent send (differentiable, forward) f64[4] (tag 2, message #0) to rank 1, which rank 1 never received"
+  says 1 "rank 0 sent activation f64[4] (tag 2, message #0) to rank 1, which rank 1 never received"
 
   # 3. A cycle of receives is found without a timeout, and every rank of it names the cycle.
   run cycle "$ranks"; failed

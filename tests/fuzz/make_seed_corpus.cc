@@ -122,13 +122,15 @@ void message_seeds(const fs::path& dir) {
   send.payload_bytes = 24;
   emit("send_f32_2x3", send, 0);
   MessageHeader inline_send = send;
-  inline_send.flags = kFlagInlinePayload | kFlagRecordsGraph;
+  inline_send.flags = kFlagInlinePayload;
   inline_send.shape = {2};
   inline_send.payload_bytes = 8;
   emit("send_inline_f32_2", inline_send, 8);
   MessageHeader grad = send;
-  grad.kind = OpKind::fn_recv_grad;
-  grad.flags = kFlagBackward | kFlagList;
+  grad.kind = OpKind::layer_message;
+  grad.flags = kFlagList;
+  grad.label = "gradient";
+  grad.layer_flags = 2;
   grad.dtype = DType::f64;
   grad.list_index = 1;
   grad.list_size = 2;

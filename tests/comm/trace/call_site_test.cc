@@ -75,6 +75,6 @@ TEST_CASE("call sites: the differentiable send and recv, forward and backward, n
     CHECK(sites[1].find(">@" + std::to_string(recv_line)) != std::string::npos);
   }
   const auto entries = trace::FlightRecorder::instance().entries();
-  CHECK(entries.back().backward);
+  CHECK(entries.back().context == "in backward");
   CHECK(entries.back().state == trace::FlightState::completed);
 }

@@ -127,7 +127,7 @@ TEST_CASE("flight recorder analysis: the first disagreement, a message never rec
   };
   auto e = [](const std::string& op, bool collective, int rank, int peer, int tag, long long seq, const std::string& dtype,
               const std::string& state, const std::string& site) {
-    return json{{"id", seq}, {"op", op}, {"collective", collective}, {"receive", op == "recv"}, {"backward", false},
+    return json{{"id", seq}, {"op", op}, {"collective", collective}, {"receive", op == "recv"}, {"context", ""},
                 {"comm", 0}, {"rank", rank},
                 {"peer", peer}, {"tag", tag}, {"sequence", seq}, {"dtype", dtype}, {"shape", {4}}, {"stage", -1},
                 {"microbatch", -1}, {"site", site}, {"direct", site}, {"state", state}, {"posted_us", 0},
