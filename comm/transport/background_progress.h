@@ -1,7 +1,7 @@
 // Background progress: MPI moves a started (non-blocking) transfer only while some thread of the
 // process is inside an MPI call. Over TCP (ranks on different hosts) a collective started while the
 // caller computes therefore moves only when the caller next calls the communicator, which may be
-// tens of milliseconds later (between two autograd functions at a large batch), and the link idles
+// tens of milliseconds later (between two steps of a backward pass at a large batch), and the link idles
 // in between; without a helper, overlapping the buckets
 // with backward bought little across simulated hosts at 1 Gbit/s (bench/data_parallel_bench at
 // BENCH_BATCH=1024, dp.big.train.after against .overlap: docs/performance.md, "Data parallelism

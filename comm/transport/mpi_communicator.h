@@ -26,30 +26,12 @@
 #include "comm/transport/communicator.h"
 #include "comm/transport/direct_read.h"
 #include "comm/transport/lazy_text.h"
+#include "comm/transport/mpi_records.h"
 #include "comm/transport/traffic_ledger.h"
 #include "core/function_ref.h"
 
 namespace tandem {
 
-namespace comm_detail {
-// The pieces of an exchange, one per rank: a list, or one tensor for every rank (allgather's
-// and allreduce's), without copying it per rank.
-class PieceList {
- public:
-  PieceList(const std::vector<Tensor>& list) : data_(list.data()), size_(list.size()) {}  // NOLINT
-  static PieceList same_for_all(const Tensor& x, int ranks) { return PieceList(&x, ranks, true); }
-  const Tensor& operator[](std::size_t rank) const { return data_[same_ ? 0 : rank]; }
-  std::size_t size() const { return size_; }
-  std::vector<Tensor> to_vector() const;
-
- private:
-  PieceList(const Tensor* data, int ranks, bool same)
-      : data_(data), size_(static_cast<std::size_t>(ranks)), same_(same) {}
-  const Tensor* data_;
-  std::size_t size_;
-  bool same_ = false;
-};
-}  // namespace comm_detail
 
 class MpiCommunicator : public Communicator {
  public:
@@ -240,25 +222,18 @@ class MpiCommunicator : public Communicator {
   friend class MpiPendingCollective;  // mpi_pending.cc
 
   // --- waiting (mpi_wait.cc) ----------------------------------------------------------------
-  // What a rank is doing while it waits, for the diagnosis and the errors.
-  struct WaitContext {
-    comm_detail::LazyText operation;  // "recv (tag 0)"; built when a wait is diagnosed or fails
-    int peer;
-    bool in_collective;
-    // In a collective's data phase: its sequence number (a peer that has moved on to a later
-    // collective has given this one up). -1 elsewhere.
-    std::int64_t data_phase = -1;
-    // Waiting for the payload of a point-to-point message whose header has arrived: the sender
-    // has posted it, so it completes as the sender goes on making MPI calls, in a collective too
-    // (the sender may have sent it with isend and moved on). Only the sender's end or failure
-    // can stop it.
-    bool payload = false;
-    // A point-to-point receive's tag (-1 elsewhere): the diagnosis looks for the wanted message
-    // once more after it has found the peer's collective header (see diagnose_wait).
-    int tag = -1;
-  };
-  // Buffers an MPI request reads or writes: kept alive until the request completes.
-  using KeepAlive = std::vector<std::shared_ptr<const void>>;
+  using KeepAlive = comm_detail::KeepAlive;
+  using WaitContext = comm_detail::WaitContext;
+  using InlineData = comm_detail::InlineData;
+  using ReadDone = comm_detail::ReadDone;
+  using DirectReads = comm_detail::DirectReads;
+  using StartedCollective = comm_detail::StartedCollective;
+  using StartedStages = comm_detail::StartedStages;
+  using ArrivedHeader = comm_detail::ArrivedHeader;
+  using Orphan = comm_detail::Orphan;
+  using PendingSend = comm_detail::PendingSend;
+  using FlatExchange = comm_detail::FlatExchange;
+  using PieceOptions = comm_detail::PieceOptions;
   // Waits for a message from (source, tag) and receives it whole (its first part, when the
   // payload follows separately).
   std::vector<char> receive_message_bytes(int source, int tag, const WaitContext& context);
@@ -333,48 +308,9 @@ class MpiCommunicator : public Communicator {
   // order, lies back to back in `flat` (on xs[0]'s device), headers[r].shape being rank r's
   // piece (the exchange's headers, kept: no list of shapes to allocate).
   // row_shape (alltoallv): every piece must be rows of this shape, on every rank.
-  struct FlatExchange {
-    Tensor flat;
-    std::vector<comm_detail::MessageHeader> headers;
-  };
-  // What allgather and allreduce add to the pieces' headers when they exchange their tensors so.
-  struct PieceOptions {
-    std::int32_t reduce_op = 0;
-    std::uint64_t digest = 0;
-    bool same_shape = false;
-  };
   using PieceList = comm_detail::PieceList;
   FlatExchange exchange_pieces(const PieceList& xs, comm_detail::OpKind kind, const char* operation,
                                const Shape* row_shape, const PieceOptions& options);
-  // Small collectives' data travels inside the headers (kFlagInlinePayload, which header_for
-  // sets on the headers that carry it): a collective whose every relevant header carries its
-  // data needs no data phase, one exchange of messages instead of two (kInlineCollectiveBytes).
-  struct InlineData {
-    const Tensor* to_all = nullptr;                 // the tensor in the header for every peer,
-    const PieceList* per_peer = nullptr;            // or one per peer (alltoall)
-    // Per rank: its header's message as it arrived, and where the payload starts in it.
-    struct Arrived {
-      std::vector<char> message;
-      std::size_t offset = 0;
-    };
-    std::vector<Arrived> arrived;
-    const char* payload(int rank) const { return arrived[rank].message.data() + arrived[rank].offset; }
-    // Where a message's room goes back when the collective is done with it (the communicator's
-    // spare_received_, set by exchange_headers): the next message lands there.
-    std::vector<char>* spare = nullptr;
-    // And where the list goes back (the communicator's spare_arrived_): the next one is in it.
-    std::vector<Arrived>* spare_list = nullptr;
-    InlineData() = default;
-    InlineData(const InlineData&) = delete;
-    InlineData& operator=(const InlineData&) = delete;
-    ~InlineData() {
-      if (!spare) return;
-      for (Arrived& a : arrived)
-        if (a.message.capacity() > spare->capacity()) *spare = std::move(a.message);
-      arrived.clear();
-      if (arrived.capacity() > spare_list->capacity()) *spare_list = std::move(arrived);
-    }
-  };
   // same_for_all: header_for gives this header to every peer (then finished once, not per peer).
   std::vector<Header> exchange_headers(FunctionRef<Header(int peer)> header_for, bool same_shape,
                                        InlineData* inline_data = nullptr, const Header* same_for_all = nullptr);
@@ -414,23 +350,6 @@ class MpiCommunicator : public Communicator {
   bool offers_memory_to(int peer, std::size_t bytes) const {
     return !read_by_.empty() && read_by_[peer] != 0 && bytes >= kDirectReadMinBytes;
   }
-  // The word a reader sends back: which collective, and 0 or the errno of its failed read. A
-  // sender that gave a collective up (its wait failed) left its data in memory (kept to the
-  // end of the program) and may get such a word during a later collective, even on a later
-  // communicator (MPI reuses a freed communicator's context for a new one): the communicator's
-  // id (the ledger's, unique in the job) and the sequence tell it apart.
-  struct ReadDone {
-    std::int64_t sequence = -1;
-    std::int32_t error = 0;
-    std::int32_t communicator = -1;
-  };
-  // The words of one collective, per rank: from the peers that read this rank's memory, and to
-  // the peers whose memory this rank read.
-  struct DirectReads {
-    std::int64_t sequence = -1;
-    std::vector<ReadDone> from, to;
-    std::vector<bool> awaited;
-  };
   // After the verdict. Each peer this rank left data for (offered[peer]) sends its word: a
   // receive for it joins `requests`.
   void await_reads(const std::vector<bool>& offered, std::int64_t sequence, DirectReads& reads,
@@ -475,29 +394,6 @@ class MpiCommunicator : public Communicator {
   // Their headers go out at once; the peers' are taken as they arrive (in the order the
   // collectives started), and the data phase is posted once they agree, so a rank never waits
   // for its peers to start.
-  struct StartedCollective {
-    std::vector<Header> all;
-    std::vector<bool> have;  // per rank: its header is in `all`
-    bool same_shape = true;
-    std::vector<MPI_Request> requests;  // the header sends, then the data phase
-    KeepAlive keep_alive;
-    std::function<void(std::vector<MPI_Request>&)> post_data;
-    bool data_posted = false;
-    // A data phase in stages (StartedStages below); empty: post_data posts it all.
-    std::function<bool(bool blocking, std::vector<MPI_Request>& requests)> advance;
-    std::function<std::vector<MPI_Request>()> stage_requests;
-    std::string operation;
-    std::int64_t sequence = 0;
-    std::int64_t flight_entry = -1;
-  };
-  // A data phase in stages (the hierarchical allreduce): advance posts the stages whose inputs
-  // have arrived (blocking: waits for each in turn), appends the last stage's requests to
-  // `requests` once every stage is posted, and returns whether they are; stage_requests lists
-  // the requests it has not handed over (set aside when the collective is dropped or fails).
-  struct StartedStages {
-    std::function<bool(bool blocking, std::vector<MPI_Request>& requests)> advance;
-    std::function<std::vector<MPI_Request>()> stage_requests;
-  };
   std::unique_ptr<PendingCollective> start_collective(Header mine, bool same_shape, const char* operation,
                                                       std::function<void(std::vector<MPI_Request>&)> post_data,
                                                       KeepAlive keep_alive, Tensor result, Device device,
@@ -554,17 +450,7 @@ class MpiCommunicator : public Communicator {
   // Set when a collective's data phase fails: its MPI request stays posted and MPI would pair it
   // with this rank's next collective call, so no further collective may run here.
   std::string broken_;
-  // Collective headers received early (while diagnosing a wait), per peer, oldest first.
-  struct ArrivedHeader {
-    Header header;
-    std::vector<char> message;  // kept for an inline payload (else empty)
-    std::size_t payload_at = 0;
-  };
   std::map<int, std::deque<ArrivedHeader>> early_collective_headers_;
-  struct Orphan {
-    std::vector<MPI_Request> requests;
-    KeepAlive keep_alive;
-  };
   std::vector<Orphan> orphans_;
   // What the last header exchange used, kept for the next (their capacity): the header messages'
   // buffers (reused only when nothing else, such as an orphan, still holds them), the sends'
@@ -580,14 +466,6 @@ class MpiCommunicator : public Communicator {
   std::vector<char> spare_received_;
   // The last small collective's list of arrived messages (InlineData), emptied: its capacity.
   std::vector<InlineData::Arrived> spare_arrived_;
-  // Sends posted by isend, oldest first, completed in order.
-  struct PendingSend {
-    std::vector<MPI_Request> requests;
-    KeepAlive keep_alive;
-    Header header;  // what was sent, for the text of a failed wait (built then: see sent_text)
-    int dest;
-    std::int64_t flight_entry = -1;
-  };
   // "send f32[3] (tag 0, message #2) to rank 1": read only when a wait on the send fails.
   static std::string sent_text(const Header& header, int dest);
   std::deque<PendingSend> pending_sends_;
