@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "comm/transport/mpi_env.h"
+#include "comm/transport/mpi_world.h"
 #include "core/error.h"
 
 namespace tandem {

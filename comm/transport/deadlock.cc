@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "comm/transport/byte_codec.h"
-#include "comm/transport/mpi_env.h"
+#include "comm/transport/mpi_world.h"
 #include "comm/transport/traffic_ledger.h"
 #include "core/error.h"
 

@@ -13,7 +13,7 @@
 
 #include "comm/trace/analysis.h"
 #include "comm/trace/trace_dump.h"
-#include "comm/transport/mpi_env.h"
+#include "comm/transport/mpi_world.h"
 #include "core/timeline.h"
 
 namespace tandem::comm_detail {

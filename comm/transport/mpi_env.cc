@@ -20,9 +20,6 @@ namespace tandem::comm_detail {
 
 namespace {
 
-MPI_Comm g_control = MPI_COMM_NULL;
-int g_world_rank = 0;
-int g_world_size = 1;
 bool g_we_initialised = false;
 std::terminate_handler g_previous_terminate = nullptr;
 
@@ -40,11 +37,11 @@ bool take_report(int peer, int tag, std::map<int, TrafficReport>& into) {
   if (into.count(peer)) return true;
   int found = 0;
   MPI_Status status;
-  if (MPI_Iprobe(peer, tag, g_control, &found, &status) != MPI_SUCCESS || !found) return false;
+  if (MPI_Iprobe(peer, tag, control_comm(), &found, &status) != MPI_SUCCESS || !found) return false;
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
   std::vector<char> bytes(static_cast<std::size_t>(count));
-  MPI_Recv(bytes.data(), count, MPI_BYTE, peer, tag, g_control, MPI_STATUS_IGNORE);
+  MPI_Recv(bytes.data(), count, MPI_BYTE, peer, tag, control_comm(), MPI_STATUS_IGNORE);
   try {
     into[peer] = decode_report(bytes.data(), bytes.size(), peer);
   } catch (const std::exception& e) {
@@ -56,18 +53,18 @@ bool take_report(int peer, int tag, std::map<int, TrafficReport>& into) {
 // Sends every peer this rank's report on `tag`; the buffers stay alive until `requests` complete.
 void send_reports(int tag, const std::string& failure, std::vector<std::vector<char>>& buffers,
                   std::vector<MPI_Request>& requests) {
-  buffers.resize(g_world_size);
-  for (int peer = 0; peer < g_world_size; ++peer) {
-    if (peer == g_world_rank) continue;
+  buffers.resize(world_size());
+  for (int peer = 0; peer < world_size(); ++peer) {
+    if (peer == world_rank()) continue;
     buffers[peer] = encode_report(report_for(peer, failure));
     requests.emplace_back();
-    MPI_Isend(buffers[peer].data(), static_cast<int>(buffers[peer].size()), MPI_BYTE, peer, tag, g_control,
+    MPI_Isend(buffers[peer].data(), static_cast<int>(buffers[peer].size()), MPI_BYTE, peer, tag, control_comm(),
               &requests.back());
   }
 }
 
 void print_lines(const std::string& first, const std::vector<std::string>& lines) {
-  std::string text = "tandem: rank " + std::to_string(g_world_rank) + " of " + std::to_string(g_world_size) + ": " +
+  std::string text = "tandem: rank " + std::to_string(world_rank()) + " of " + std::to_string(world_size()) + ": " +
                      first + "\n";
   for (const std::string& line : lines) text += "tandem:   " + line + "\n";
   std::fputs(text.c_str(), stderr);
@@ -88,8 +85,8 @@ void print_lines(const std::string& first, const std::vector<std::string>& lines
   } else {
     what = "std::terminate called without an exception";
   }
-  std::fprintf(stderr, "tandem: rank %d of %d failed: %s\ntandem: aborting all ranks (MPI_Abort)\n", g_world_rank,
-               g_world_size, what.c_str());
+  std::fprintf(stderr, "tandem: rank %d of %d failed: %s\ntandem: aborting all ranks (MPI_Abort)\n", world_rank(),
+               world_size(), what.c_str());
   std::fflush(stderr);
   try {
     write_failure_dump(what);
@@ -97,7 +94,7 @@ void print_lines(const std::string& first, const std::vector<std::string>& lines
   }
   std::vector<std::vector<char>> buffers;
   std::vector<MPI_Request> requests;
-  if (mpi_active() && g_control != MPI_COMM_NULL) {
+  if (mpi_active() && control_comm() != MPI_COMM_NULL) {
     try {
       send_reports(kFailedTag, what, buffers, requests);
     } catch (...) {
@@ -118,15 +115,15 @@ void print_lines(const std::string& first, const std::vector<std::string>& lines
 // every peer's (or its failure report), then compares them. Runs at the start of MPI_Finalize
 // (an attribute on MPI_COMM_SELF is deleted first thing there, whoever calls MPI_Finalize).
 int announce_finished(MPI_Comm, int, void*, void*) {
-  if (g_control == MPI_COMM_NULL) return MPI_SUCCESS;
+  if (control_comm() == MPI_COMM_NULL) return MPI_SUCCESS;
   std::vector<std::vector<char>> buffers;
   std::vector<MPI_Request> requests;
   send_reports(kFinishedTag, "", buffers, requests);
-  std::vector<bool> heard(g_world_size, false);
-  heard[g_world_rank] = true;
-  for (int left = g_world_size - 1; left > 0;) {
+  std::vector<bool> heard(world_size(), false);
+  heard[world_rank()] = true;
+  for (int left = world_size() - 1; left > 0;) {
     bool progress = false;
-    for (int peer = 0; peer < g_world_size; ++peer) {
+    for (int peer = 0; peer < world_size(); ++peer) {
       if (heard[peer]) continue;
       const bool failed = take_report(peer, kFailedTag, g_failed);
       if (!failed && !take_report(peer, kFinishedTag, g_finished)) continue;
@@ -144,7 +141,7 @@ int announce_finished(MPI_Comm, int, void*, void*) {
         print_lines("rank " + std::to_string(peer) + " failed while this rank was finishing: " + report.failure, lines);
         g_unmatched_at_end = true;
       } else if (!lines.empty()) {
-        print_lines("comm: the program ended with messages between ranks " + std::to_string(g_world_rank) + " and " +
+        print_lines("comm: the program ended with messages between ranks " + std::to_string(world_rank()) + " and " +
                         std::to_string(peer) + " that were sent and never received (the ranks' programs do not "
                         "communicate in matching ways):",
                     lines);
@@ -158,12 +155,12 @@ int announce_finished(MPI_Comm, int, void*, void*) {
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-  if (g_failed.empty()) write_job_timeline(g_control, g_world_rank, g_world_size);
+  if (g_failed.empty()) write_job_timeline(control_comm(), world_rank(), world_size());
   // A message never received fails every rank, not only the two it was between (unless a peer
   // failed: then every rank has heard of it, and that peer is not here to take part).
   if (g_failed.empty()) {
     int any = g_unmatched_at_end ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, g_control);
+    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, control_comm());
     if (any && !g_unmatched_at_end) {
       print_lines("comm: other ranks ended with messages sent and never received (above); failing too", {});
       g_unmatched_at_end = true;
@@ -180,8 +177,9 @@ int announce_finished(MPI_Comm, int, void*, void*) {
     discard_probes();
   } catch (...) {
   }
-  MPI_Comm_free(&g_control);
-  g_control = MPI_COMM_NULL;
+  MPI_Comm control = control_comm();
+  MPI_Comm_free(&control);
+  set_world(MPI_COMM_NULL, world_rank(), world_size());
   if (g_unmatched_at_end && !g_we_initialised) {
     // The program finalises MPI itself: end it once it exits, with a failure status.
     std::atexit([] { std::_Exit(1); });
@@ -215,7 +213,7 @@ void finalize_at_exit(int status, void*) {
       if (finished.wait_for(lock, std::chrono::duration<double>(finalize_grace_seconds()), [&] { return done; })) return;
       std::fprintf(stderr, "tandem: rank %d: MPI_Finalize did not return within %g s after every message was "
                    "received (a known hang of MPICH over UCX's TCP transport); ending with status %d\n",
-                   g_world_rank, finalize_grace_seconds(), g_unmatched_at_end ? 1 : status);
+                   world_rank(), finalize_grace_seconds(), g_unmatched_at_end ? 1 : status);
       std::fflush(nullptr);
       std::_Exit(g_unmatched_at_end ? 1 : status);
     });
@@ -235,23 +233,10 @@ void finalize_at_exit(int status, void*) {
 
 }  // namespace
 
-bool mpi_active() {
-  int initialised = 0, finalised = 0;
-  MPI_Initialized(&initialised);
-  MPI_Finalized(&finalised);
-  return initialised && !finalised;
-}
 
-void check_mpi(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  TANDEM_FAIL("comm: ", call, " failed on rank ", g_world_rank, ": ", std::string(text, length));
-}
 
 void ensure_mpi() {
-  if (g_control != MPI_COMM_NULL) return;
+  if (control_comm() != MPI_COMM_NULL) return;
   int initialised = 0, finalised = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
@@ -264,31 +249,26 @@ void ensure_mpi() {
     g_we_initialised = true;
     on_exit(finalize_at_exit, nullptr);  // glibc: like atexit, and it passes the exit status
   }
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &g_world_size);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   // Errors come back as codes (turned into exceptions) instead of aborting inside MPI.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &g_control), "MPI_Comm_dup");
+  MPI_Comm control = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control), "MPI_Comm_dup");
+  set_world(control, rank, size);
   int keyval = MPI_KEYVAL_INVALID;
   check_mpi(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, announce_finished, &keyval, nullptr),
             "MPI_Comm_create_keyval");
   check_mpi(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr), "MPI_Comm_set_attr");
   if (!g_previous_terminate) g_previous_terminate = std::set_terminate(abort_job_on_terminate);
-  start_flight_dumps(g_control, g_world_rank, g_world_size);
+  start_flight_dumps(control_comm(), world_rank(), world_size());
 }
 
-void keep_until_exit(std::vector<std::shared_ptr<const void>> buffers) {
-  static auto* kept = new std::vector<std::shared_ptr<const void>>();  // never destroyed
-  for (auto& buffer : buffers)
-    if (buffer) kept->push_back(std::move(buffer));
-}
 
-MPI_Comm control_comm() { return g_control; }
-int world_rank() { return g_world_rank; }
-int world_size() { return g_world_size; }
 
 const TrafficReport* finished_report(int world_peer) {
-  if (g_control == MPI_COMM_NULL) return nullptr;
+  if (control_comm() == MPI_COMM_NULL) return nullptr;
   if (!take_report(world_peer, kFinishedTag, g_finished)) return nullptr;
   g_finished_at.emplace(world_peer, std::chrono::steady_clock::now());
   return &g_finished[world_peer];
@@ -301,24 +281,15 @@ double seconds_since_finished(int world_peer) {
 
 int failed_peer() {
   if (!g_failed.empty()) return g_failed.begin()->first;
-  if (g_control == MPI_COMM_NULL) return -1;
+  if (control_comm() == MPI_COMM_NULL) return -1;
   int found = 0;
   MPI_Status status;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, kFailedTag, g_control, &found, &status) != MPI_SUCCESS || !found) return -1;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kFailedTag, control_comm(), &found, &status) != MPI_SUCCESS || !found) return -1;
   take_report(status.MPI_SOURCE, kFailedTag, g_failed);
   return status.MPI_SOURCE;
 }
 
 const TrafficReport& failed_report(int world_peer) { return g_failed[world_peer]; }
 
-double timeout_from_environment() {
-  const char* text = std::getenv("TANDEM_COMM_TIMEOUT");
-  if (!text || !*text) return 0;
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  TANDEM_CHECK(end && *end == '\0' && seconds >= 0, "comm: TANDEM_COMM_TIMEOUT='", text,
-               "' is not a number of seconds (0 or unset: no timeout)");
-  return seconds;
-}
 
 }  // namespace tandem::comm_detail

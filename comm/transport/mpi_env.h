@@ -1,5 +1,9 @@
 // The MPI process environment that every MPI communicator shares.
 //
+// The world it sets up (the control communicator, ranks, tags) is mpi_world.h's; the parts this
+// file builds on (the traffic ledger, the deadlock probes, the flight dumps, background
+// progress) read it there.
+//
 // ensure_mpi() initialises MPI on first use unless the program already did, installs the
 // abort-on-uncaught-exception handler, and creates the control communicator: a private
 // duplicate of MPI_COMM_WORLD that carries three kinds of message between the ranks:
@@ -16,29 +20,13 @@
 // itself, the report exchange runs inside the program's MPI_Finalize.
 #pragma once
 
-#include <mpi.h>
-
-#include <memory>
-#include <string>
-#include <vector>
+#include "comm/transport/mpi_world.h"
 
 namespace tandem::comm_detail {
 
 struct TrafficReport;
 
 void ensure_mpi();
-bool mpi_active();  // initialised and not yet finalised
-
-// The private duplicate of MPI_COMM_WORLD that carries the "finished" announcements.
-MPI_Comm control_comm();
-int world_rank();
-int world_size();
-inline constexpr int kFinishedTag = 1;
-inline constexpr int kFailedTag = 2;
-inline constexpr int kProbeTag = 3;
-inline constexpr int kDeadlockTag = 4;  // a cycle found, told to its other ranks
-inline constexpr int kClockTag = 5;     // the timeline's clock alignment (flight_dumps.cc)
-inline constexpr int kNeverSentTag = 6;  // probed by the background progress helper only
 
 // The report the peer (a world rank) sent when it finished, received now if it has arrived;
 // null while it has not finished.
@@ -50,14 +38,5 @@ double seconds_since_finished(int world_peer);
 // The first peer (a world rank) whose failure report has arrived, or -1; and its report.
 int failed_peer();
 const TrafficReport& failed_report(int world_peer);
-
-// Keeps buffers that MPI may still read (a message in flight) alive to the end of the program.
-void keep_until_exit(std::vector<std::shared_ptr<const void>> buffers);
-
-// Throws tandem::Error naming the MPI call and the error string unless code is MPI_SUCCESS.
-void check_mpi(int code, const char* call);
-
-// TANDEM_COMM_TIMEOUT in seconds (0: none). A malformed value is an error.
-double timeout_from_environment();
 
 }  // namespace tandem::comm_detail

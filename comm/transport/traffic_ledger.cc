@@ -5,7 +5,7 @@
 #include <map>
 
 #include "comm/transport/byte_codec.h"
-#include "comm/transport/mpi_env.h"
+#include "comm/transport/mpi_world.h"
 #include "core/error.h"
 
 namespace tandem::comm_detail {
