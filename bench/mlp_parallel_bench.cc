@@ -49,7 +49,7 @@
 #include "comm/transport/communicator.h"
 #include "comm/data_parallel/data_parallel_options.h"
 #include "comm/functions.h"
-#include "comm/links/multi_node_chain_list.h"
+#include "comm/multi_node_links/multi_node_chain_list.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
 #include "core/timeline.h"
 #include "core/ops.h"

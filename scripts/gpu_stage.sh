@@ -120,7 +120,7 @@ gpu_tests=$(query --output=label_kind 'attr(tags, "\bgpu\b", tests(//...))')
 host_tests=$(query --output=label_kind \
                'tests(//tests/cuda/...) except attr(tags, "\bgpu\b", tests(//tests/cuda/...))')
 # One CPU-only multi-rank test: checks the staged MPI (launcher, MPICH, UCX) on its own.
-mpi_smoke=$(query --output=label_kind //tests/comm:communicator_test_2ranks)
+mpi_smoke=$(query --output=label_kind //tests/comm/transport:communicator_test_2ranks)
 while read -r rule _ label; do [[ -n "$label" ]] && stage_test gpu "$rule" "$label"; done <<< "$gpu_tests"
 while read -r rule _ label; do [[ -n "$label" ]] && stage_test host "$rule" "$label"; done <<< "$host_tests"
 while read -r rule _ label; do [[ -n "$label" ]] && stage_test host "$rule" "$label"; done <<< "$mpi_smoke"

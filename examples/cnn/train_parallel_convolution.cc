@@ -12,9 +12,9 @@
 #include <cstdio>
 
 #include "autograd/functions.h"
-#include "comm/data/multi_node_iterator.h"
-#include "comm/links/parallel_convolution_2d.h"
-#include "comm/training/multi_node_snapshot.h"
+#include "comm/multi_node_data/multi_node_iterator.h"
+#include "comm/multi_node_links/parallel_convolution_2d.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"

@@ -38,7 +38,7 @@
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/schedule.h"
-#include "comm/training/multi_node_snapshot.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "data/text_corpus.h"
 #include "examples/common/flags.h"

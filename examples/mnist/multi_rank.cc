@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "comm/training/multi_node_snapshot.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 
 namespace tandem::examples {
 

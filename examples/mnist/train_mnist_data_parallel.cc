@@ -17,10 +17,10 @@
 #include <cstdio>
 
 #include "autograd/functions.h"
-#include "comm/data/data.h"
+#include "comm/multi_node_data/data.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
-#include "comm/training/multi_node_evaluator.h"
-#include "comm/training/multi_node_snapshot.h"
+#include "comm/multi_node_training/multi_node_evaluator.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"

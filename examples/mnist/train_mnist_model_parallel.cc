@@ -6,11 +6,11 @@
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_model_parallel --epoch 10
 #include <cstdio>
 
-#include "comm/data/empty_dataset.h"
+#include "comm/multi_node_data/empty_dataset.h"
 #include "comm/functions.h"
 #include "comm/graph/multi_node_dump_graph.h"
-#include "comm/links/multi_node_chain_list.h"
-#include "comm/training/multi_node_snapshot.h"
+#include "comm/multi_node_links/multi_node_chain_list.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "examples/mnist/mnist_common.h"
 #include "examples/mnist/multi_rank.h"
 #include "layers/links/classifier.h"

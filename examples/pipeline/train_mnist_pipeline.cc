@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "autograd/functions.h"
-#include "comm/data/scatter_dataset.h"
+#include "comm/multi_node_data/scatter_dataset.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
@@ -46,8 +46,8 @@
 #include "comm/pipeline/profile.h"
 #include "comm/pipeline/report.h"
 #include "comm/pipeline/schedule.h"
-#include "comm/training/multi_node_evaluator.h"
-#include "comm/training/multi_node_snapshot.h"
+#include "comm/multi_node_training/multi_node_evaluator.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"

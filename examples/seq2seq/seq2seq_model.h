@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "comm/links/multi_node_n_step_rnn.h"
+#include "comm/multi_node_links/multi_node_n_step_rnn.h"
 #include "layers/links/embed_id.h"
 #include "layers/links/linear.h"
 #include "layers/links/n_step_lstm.h"

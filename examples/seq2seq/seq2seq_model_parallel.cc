@@ -15,7 +15,7 @@
 
 #include "autograd/functions.h"
 #include "comm/transport/communicator.h"
-#include "comm/training/multi_node_snapshot.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/seq2seq/seq2seq_data.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoint/resume across ranks loses nothing: train_mnist_model_parallel is killed (SIGKILL)
 # mid-run, `--resume latest` continues from the newest snapshot that both ranks completed (the
-# manifest, comm/training/multi_node_snapshot.h), and the resumed run equals an uninterrupted run
+# manifest, comm/multi_node_training/multi_node_snapshot.h), and the resumed run equals an uninterrupted run
 # with the same seed bit for bit: its per-epoch log, its final metrics and (where both runs wrote
 # it) its last snapshot's parameters and optimizer state.
 #   1. rank 1 dies right after writing its epoch-2 snapshot, before the ranks agree on it

@@ -9,7 +9,7 @@
 #            process's PMI_RANK.
 #   throw:   TANDEM_FAULT_INJECT (training/trainer.h) makes rank 1 throw at iteration 30; tandem's
 #            handler prints "tandem: rank 1 of 2 failed: ..." and aborts the job (MPI_Abort).
-#   snapshot: rank 1 fails inside the snapshot agreement (comm/training/multi_node_snapshot.h):
+#   snapshot: rank 1 fails inside the snapshot agreement (comm/multi_node_training/multi_node_snapshot.h):
 #            every rank reports the same error, naming rank 1.
 # Each time is measured from the failure (the kill, or the failure's message) to mpiexec's exit.
 set -uo pipefail

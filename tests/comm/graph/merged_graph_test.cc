@@ -14,11 +14,11 @@
 #include <sstream>
 
 #include "autograd/functions.h"
-#include "comm/data/empty_dataset.h"
+#include "comm/multi_node_data/empty_dataset.h"
 #include "comm/functions.h"
 #include "comm/graph/merged_graph.h"
 #include "comm/graph/multi_node_dump_graph.h"
-#include "comm/links/multi_node_chain_list.h"
+#include "comm/multi_node_links/multi_node_chain_list.h"
 #include "core/ops.h"
 #include "data/data.h"
 #include "layers/links/classifier.h"

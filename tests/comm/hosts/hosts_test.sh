@@ -2,7 +2,7 @@
 # tandem across hosts, on 2 simulated hosts (scripts/sim_hosts.sh): every process of a host in
 # its own network namespace with its own host name, MPICH between hosts over TCP on a veth
 # bridge. Checks, at 2 hosts x 2 ranks unless said:
-#   - the hierarchical communicator (tests/comm/hierarchical_test.cc, here with the real hosts):
+#   - the hierarchical communicator (tests/comm/transport/hierarchical_test.cc, here with the real hosts):
 #     intra/inter ranks, allreduce and its gradients equal to the flat communicator's;
 #   - the trainers end to end with their accuracy: the model-parallel MLP and the pipeline
 #     (2 hosts x 1 rank: each stage on its own host), data parallelism flat and hierarchical
@@ -63,7 +63,7 @@ PY
 }
 
 # The hierarchical communicator against the flat one, on real hosts.
-run hierarchical 2 2 tests/comm/hierarchical_test_bin
+run hierarchical 2 2 tests/comm/transport/hierarchical_test_bin
 grep -q "All tests passed" "$t/hierarchical.txt" || { cat "$t/hierarchical.txt"; fail "hierarchical_test"; }
 
 # Under the sanitizers (TANDEM_TEST_SHORT=1, .bazelrc's asan config) the MNIST runs train on the

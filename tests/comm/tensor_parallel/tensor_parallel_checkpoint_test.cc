@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "comm/links/parallel_convolution_2d.h"
+#include "comm/multi_node_links/parallel_convolution_2d.h"
 #include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
 #include "comm/tensor_parallel/tensor_parallel_linear.h"
 #include "comm/tensor_parallel/vocab_parallel_embedding.h"
