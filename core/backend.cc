@@ -1,6 +1,5 @@
 #include "core/backend.h"
 
-#include "core/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -49,7 +48,7 @@ void Backend::lstm_sequence_backward(const LstmSequenceShape&, const Tensor&, co
 }
 
 Backend& backend_for(const Device& device, const char* op) {
-  if (device.is_cpu()) return cpu_backend();
+  if (device.is_cpu()) return builtin_cpu_backend();
   TANDEM_CHECK(cuda_backend != nullptr, op, ": tensor on ", device.str(),
                " but this build has no CUDA backend (build with --config=cuda)");
   return *cuda_backend;

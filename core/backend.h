@@ -305,5 +305,7 @@ class Backend {
 Backend& backend_for(const Device& device, const char* op);
 // Called by cuda/ when it is linked in.
 void register_backend(DeviceType type, Backend* backend);
+// The CPU backend, built in (core/cpu/cpu_backend.cc; //core links it always).
+Backend& builtin_cpu_backend();
 
 }  // namespace tandem

@@ -16,6 +16,8 @@ CpuBackend& cpu_backend() {
   return backend;
 }
 
+Backend& builtin_cpu_backend() { return cpu_backend(); }
+
 void* CpuBackend::allocate(std::size_t nbytes, int) { return cpu::BlockCache::instance().allocate(nbytes); }
 
 void CpuBackend::deallocate(void* ptr, std::size_t nbytes, int) { cpu::BlockCache::instance().deallocate(ptr, nbytes); }
