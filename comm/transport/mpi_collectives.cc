@@ -209,7 +209,7 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
   Tensor y(x.shape(), x.dtype());
   const std::size_t element = dtype_size(x.dtype());
   const std::size_t chunk = kChunkBytes / element;
-  if (hierarchical_) {
+  if (hierarchy_) {
     hierarchical_sum(send, y, type, chunk, operation);
   } else {
     std::vector<MPI_Request> requests;

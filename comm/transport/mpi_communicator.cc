@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/transport/mpi_env.h"
+#include "comm/transport/mpi_host_hierarchy.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -133,11 +134,11 @@ void MpiCommunicator::progress_other_communicators() {
     ~Reset() { g_progressing_others = false; }
   } reset;
   for (MpiCommunicator* other : live_communicators()) {
-    if (other == this || (other->started_.empty() && other->hierarchical_queue_.empty())) continue;
+    if (other == this || (other->started_.empty() && (!other->hierarchy_ || other->hierarchy_->idle()))) continue;
     // A disagreement found here is the other communicator's collective's error, raised on every
     // rank (each checks the same headers); it ends this wait as it would end that one's.
     other->progress_started(nullptr, false);
-    other->advance_hierarchical(nullptr, false);
+    if (other->hierarchy_) other->hierarchy_->advance(nullptr, false);
   }
 }
 
@@ -168,8 +169,8 @@ MpiCommunicator::~MpiCommunicator() {
         MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
       }
     }
-    for (MPI_Comm* owned : {&host_comm_, &leaders_comm_, &comm_})
-      if (*owned != MPI_COMM_NULL) MPI_Comm_free(owned);
+    hierarchy_.reset();  // its communicators first
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 }
 
@@ -224,7 +225,7 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key, CallSit
   auto result = std::shared_ptr<MpiCommunicator>(new MpiCommunicator(split_mpi(color, key)));
   result->timeout_seconds_ = timeout_seconds_;
   result->device_ = device_;
-  if (hierarchical_) result->make_hierarchical();
+  if (hierarchy_) result->make_hierarchical();
   return result;
 }
 

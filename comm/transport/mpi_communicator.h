@@ -32,6 +32,9 @@
 
 namespace tandem {
 
+namespace comm_detail {
+class HostHierarchy;
+}
 
 class MpiCommunicator : public Communicator {
  public:
@@ -39,17 +42,17 @@ class MpiCommunicator : public Communicator {
   static std::shared_ptr<MpiCommunicator> create(MPI_Comm comm);
   ~MpiCommunicator() override;
 
-  std::string name() const override { return hierarchical_ ? "hierarchical" : "naive"; }
+  std::string name() const override { return hierarchy_ ? "hierarchical" : "naive"; }
   MPI_Comm mpi_comm() const { return comm_; }
 
   // "hierarchical" (ChainerMN's name): every allreduce (blocking or started; data
   // parallelism's) becomes a sum onto the first rank of each host, an allreduce among those ranks,
-  // and a broadcast within each host (mpi_hierarchical.cc), so each host sends its sum over the
+  // and a broadcast within each host (comm_detail::HostHierarchy), so each host sends its sum over the
   // network once instead of every rank sending its own. Everything else, the headers and their
   // checks included (on all ranks of the communicator), is the flat communicator's. Collective;
   // a split of a hierarchical communicator is hierarchical too.
   void make_hierarchical();
-  bool hierarchical() const { return hierarchical_; }
+  bool hierarchical() const { return hierarchy_ != nullptr; }
 
   std::shared_ptr<Communicator> split(int color, int key, CallSite site = CallSite::current()) override;
   void barrier(CallSite site = CallSite::current()) override;
@@ -286,14 +289,6 @@ class MpiCommunicator : public Communicator {
   // The hierarchical allreduce's data phase (mpi_hierarchical.cc): y = the sum over every rank
   // of send (host memory, of y's size), moved in pieces of at most chunk elements; blocking, or
   // started (its stages advanced by the pending collective's test and wait).
-  class HierarchicalSum;
-  // Started hierarchical sums, oldest first, until every stage of each is posted. One posts its
-  // first stage only once every sum before it has posted all of its stages, so that every rank
-  // posts on the host's and the first ranks' communicators in the same order (MPI's rule for
-  // non-blocking collectives). advance_hierarchical posts what can be posted, front to back
-  // (blocking: waiting as needed, up to `target`, or through every sum when it is null).
-  std::deque<std::shared_ptr<HierarchicalSum>> hierarchical_queue_;
-  void advance_hierarchical(const HierarchicalSum* target, bool blocking);
   void hierarchical_sum(const Tensor& send, Tensor& y, MPI_Datatype type, std::size_t chunk, const char* operation);
   // x: the caller's tensor; send: its bytes in host memory; mine: the header (digest set).
   std::unique_ptr<PendingCollective> start_hierarchical_sum(const Tensor& x, const Tensor& send, MPI_Datatype type,
@@ -434,10 +429,9 @@ class MpiCommunicator : public Communicator {
   void run_device_phase(const char* operation, F&& phase);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  // make_hierarchical: the ranks of this rank's host (ordered by intra_rank), and the first
-  // rank of every host (ordered by inter_rank; MPI_COMM_NULL on the other ranks).
-  bool hierarchical_ = false;
-  MPI_Comm host_comm_ = MPI_COMM_NULL, leaders_comm_ = MPI_COMM_NULL;
+  // make_hierarchical: the ranks of this rank's host and the first rank of every host, with the
+  // started hierarchical sums (null: the flat communicator).
+  std::unique_ptr<comm_detail::HostHierarchy> hierarchy_;
   std::vector<int> world_rank_of_;  // rank in this communicator -> rank in MPI_COMM_WORLD
   // Point-to-point counts and the last headers sent, per peer and tag (traffic_ledger.h): the
   // sequence numbers of the headers, the end-of-program check and the deadlock probes.

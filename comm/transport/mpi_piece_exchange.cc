@@ -22,7 +22,7 @@ using namespace comm_detail::collective_util;  // NOLINT: this file's helpers
 bool MpiCommunicator::exchanges_directly(const Tensor& x) const {
   // The same on every rank whose header passes the check (exchange_pieces raises on every rank
   // when some tensor is too large to go beside its header).
-  return eager_data_ && size_ <= kDirectRanks && !hierarchical_ && !moves_on_device(x);
+  return eager_data_ && size_ <= kDirectRanks && !hierarchy_ && !moves_on_device(x);
 }
 
 MpiCommunicator::FlatExchange MpiCommunicator::exchange_pieces(const PieceList& xs, OpKind kind,

@@ -41,7 +41,7 @@ Tensor MpiCommunicator::bcast_checked(const Tensor& x, int root, std::uint64_t d
   std::vector<MPI_Request> eager_sends;
   KeepAlive eager_keep, offered;
   std::vector<bool> in_memory;  // per peer, where the payload stays in memory for it
-  if (is_root && !small && eager_data_ && size_ <= kEagerBcastRanks && !hierarchical_ && !moves_on_device(x) &&
+  if (is_root && !small && eager_data_ && size_ <= kEagerBcastRanks && !hierarchy_ && !moves_on_device(x) &&
       x.nbytes() > 0 && x.nbytes() <= static_cast<std::size_t>(INT_MAX)) {
     const Tensor send = comm_detail::host_for_mpi(x);
     eager_keep.push_back(send.storage());

@@ -172,7 +172,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_allreduce_sum(const Te
   Header mine = collective_header(OpKind::allreduce, -1, &x);
   mine.digest = digest;
   const Tensor send = comm_detail::host_for_mpi(x);
-  if (hierarchical_) return start_hierarchical_sum(x, send, type, kChunkBytes / dtype_size(x.dtype()), mine, operation);
+  if (hierarchy_) return start_hierarchical_sum(x, send, type, kChunkBytes / dtype_size(x.dtype()), mine, operation);
   // In place on the host: the sum lands in x's own memory (a CUDA x's host copy is ours anyway).
   const bool same = in_place || !x.device().is_cpu();
   Tensor y = same ? send : Tensor(x.shape(), x.dtype());

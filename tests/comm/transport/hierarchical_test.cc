@@ -1,4 +1,4 @@
-// The "hierarchical" communicator (comm/transport/mpi_hierarchical.cc) on 2-4 ranks of one
+// The "hierarchical" communicator (comm/transport/mpi_hierarchical.cc, mpi_host_hierarchy.h) on 2-4 ranks of one
 // machine, grouped into hosts by TANDEM_HOST_NAME: hosts of uneven sizes, and ranks of a host
 // that are not consecutive. Its allreduce (blocking, started, differentiable, inside the
 // data-parallel optimizer) against the flat one's; intra/inter ranks; errors on every rank.
@@ -93,7 +93,7 @@ TEST_CASE("hierarchical allreduce equals the flat one: sum and mean, every dtype
     }
   }
   // Any values: equal to rounding (the sums run in a different order).
-  // 9.6 MB: three pieces of the pipeline (mpi_hierarchical.cc), the last one short.
+  // 9.6 MB: three pieces of the pipeline (mpi_host_hierarchy.cc), the last one short.
   const Tensor big = uniform({1200000}, 77 + r, -1, 1, DType::f64);
   require_values(p.hierarchical->allreduce(big), p.flat->allreduce(big).to_vector<double>(), 1e-12, 1e-12);
   const Tensor empty({0, 4}, DType::f32);
