@@ -1,9 +1,14 @@
 """mpi_test: a Catch2 test binary run by `bazel test` on several MPI ranks."""
 
+def _mpi_tags(n, ranks):
+    return ["cpu:2"] + ([] if n == min(ranks) else ["no_asan"])
+
 def mpi_test(name, srcs, deps, ranks = [2, 3], size = "medium", **kwargs):
     """Builds NAME_bin and one sh_test NAME_<n>ranks per entry of ranks.
 
-    Each run is tagged cpu:2 so that two MPI jobs never share the 2 cores.
+    Each run is tagged cpu:2 so that two MPI jobs never share the 2 cores. The runs on more
+    ranks than the fewest are also tagged no_asan: the sanitizer run of CI (.ci/run) runs each
+    binary once, on the fewest ranks, and the plain run runs every count.
     """
     native.cc_binary(
         name = name + "_bin",
@@ -18,15 +23,15 @@ def mpi_test(name, srcs, deps, ranks = [2, 3], size = "medium", **kwargs):
             srcs = ["//tests/comm:run_mpi.sh"],
             args = [str(n), "$(location :%s_bin)" % name],
             data = [":" + name + "_bin"],
-            tags = ["cpu:2"],
+            tags = _mpi_tags(n, ranks),
             **kwargs
         )
 
 def mpi_test_variant(name, test, env, ranks = [2], size = "medium"):
     """An mpi_test's binary run again under other environment variables (another code path).
 
-    NAME_<n>ranks runs :TEST_bin on n ranks for each entry of ranks, with ENV set, tagged cpu:2
-    as mpi_test's runs are.
+    NAME_<n>ranks runs :TEST_bin on n ranks for each entry of ranks, with ENV set, tagged as
+    mpi_test's runs are.
     """
     for n in ranks:
         native.sh_test(
@@ -36,7 +41,7 @@ def mpi_test_variant(name, test, env, ranks = [2], size = "medium"):
             args = [str(n), "$(location :%s_bin)" % test],
             data = [":" + test + "_bin"],
             env = env,
-            tags = ["cpu:2"],
+            tags = _mpi_tags(n, ranks),
         )
 
 def _cuda_build_only():
