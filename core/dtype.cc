@@ -15,10 +15,14 @@ const char* dtype_name(DType dtype) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::boolean: return "bool";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
   }
   return "unknown";
 }
 
-bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }
+bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64 || is_half(dtype); }
+
+bool is_half(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
 
 }  // namespace tandem

@@ -75,18 +75,8 @@ void* Tensor::raw_data() {
   return const_cast<void*>(data);
 }
 
-template <typename T>
-T* Tensor::data() {
-  TANDEM_CHECK(dtype_ == dtype_of<T>(), "data<", dtype_name(dtype_of<T>()), ">: the tensor is ",
-               description());
-  return static_cast<T*>(raw_data());
-}
-
-template <typename T>
-const T* Tensor::data() const {
-  TANDEM_CHECK(dtype_ == dtype_of<T>(), "data<", dtype_name(dtype_of<T>()), ">: the tensor is ",
-               description());
-  return static_cast<const T*>(raw_data());
+void Tensor::check_element_type(DType requested, const char* operation) const {
+  TANDEM_CHECK(dtype_ == requested, operation, "<", dtype_name(requested), ">: the tensor is ", description());
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
@@ -229,21 +219,13 @@ double Tensor::item() const {
       case DType::i32: return *data<std::int32_t>();
       case DType::i64: return static_cast<double>(*data<std::int64_t>());
       case DType::boolean: return *data<bool>() ? 1.0 : 0.0;
+      case DType::bf16:
+      case DType::f16: break;  // through to_vector (the conversions live with the CPU backend)
     }
   }
   return to_vector<double>()[0];
 }
 
-template float* Tensor::data<float>();
-template double* Tensor::data<double>();
-template std::int32_t* Tensor::data<std::int32_t>();
-template std::int64_t* Tensor::data<std::int64_t>();
-template bool* Tensor::data<bool>();
-template const float* Tensor::data<float>() const;
-template const double* Tensor::data<double>() const;
-template const std::int32_t* Tensor::data<std::int32_t>() const;
-template const std::int64_t* Tensor::data<std::int64_t>() const;
-template const bool* Tensor::data<bool>() const;
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 template std::vector<std::int32_t> Tensor::to_vector<std::int32_t>() const;

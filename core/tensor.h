@@ -43,9 +43,16 @@ class Tensor {
   // Raw access. On CUDA tensors these are device pointers.
   void* raw_data();
   const void* raw_data() const;
-  // Typed access; checks that T matches the dtype.
-  template <typename T> T* data();
-  template <typename T> const T* data() const;
+  // Typed access; checks that T matches the dtype (DTypeOf<T>: the host's types, or a device
+  // backend's own, such as CUDA's 16-bit types).
+  template <typename T> T* data() {
+    check_element_type(dtype_of<T>(), "data");
+    return static_cast<T*>(raw_data());
+  }
+  template <typename T> const T* data() const {
+    check_element_type(dtype_of<T>(), "data");
+    return static_cast<const T*>(raw_data());
+  }
   // The storage and the offset (in elements) at which this tensor starts: for copy kernels.
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   std::int64_t storage_offset() const { return offset_; }
@@ -77,6 +84,7 @@ class Tensor {
   double item() const;  // the single element as a double; errors unless numel() == 1
 
  private:
+  void check_element_type(DType requested, const char* operation) const;
   std::shared_ptr<Storage> storage_;
   std::int64_t offset_ = 0;  // elements
   Shape shape_;

@@ -132,6 +132,7 @@ void split_flat(const DeviceContext& ctx, const Tensor& src, std::vector<Tensor>
                src.numel());
   switch (dtype_size(src.dtype())) {
     case 1: return split_typed<std::uint8_t>(ctx, src, outs);
+    case 2: return split_typed<std::uint16_t>(ctx, src, outs);
     case 4: return split_typed<std::uint32_t>(ctx, src, outs);
     case 8: return split_typed<std::uint64_t>(ctx, src, outs);
     default: TANDEM_FAIL("split_flat: unsupported element size ", dtype_size(src.dtype()));
@@ -143,6 +144,7 @@ void CudaBackend::concat(const std::vector<Tensor>& xs, int axis, Tensor& out) {
   const DeviceContext& ctx = context_of(out, "concat");
   switch (dtype_size(out.dtype())) {
     case 1: return concat_typed<std::uint8_t>(ctx, xs, axis, out);
+    case 2: return concat_typed<std::uint16_t>(ctx, xs, axis, out);
     case 4: return concat_typed<std::uint32_t>(ctx, xs, axis, out);
     case 8: return concat_typed<std::uint64_t>(ctx, xs, axis, out);
     default: TANDEM_FAIL("concat: unsupported element size ", dtype_size(out.dtype()));

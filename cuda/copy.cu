@@ -71,6 +71,10 @@ void CudaBackend::copy_strided(const Tensor& src, const StridedView& src_view, T
       copy_typed(ctx, static_cast<const std::uint8_t*>(src.raw_data()), src_view,
                  static_cast<std::uint8_t*>(dst.raw_data()), dst_view, shape);
       break;
+    case 2:
+      copy_typed(ctx, static_cast<const std::uint16_t*>(src.raw_data()), src_view,
+                 static_cast<std::uint16_t*>(dst.raw_data()), dst_view, shape);
+      break;
     case 4:
       copy_typed(ctx, static_cast<const std::uint32_t*>(src.raw_data()), src_view,
                  static_cast<std::uint32_t*>(dst.raw_data()), dst_view, shape);

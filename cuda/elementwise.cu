@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/elementwise_ops.cuh"
+#include "cuda/half_types.cuh"
 #include "cuda/kernel_util.cuh"
 #include "cuda/strided_index.h"
 
@@ -304,11 +305,11 @@ void unary_typed(UnaryOp op, const DeviceContext& ctx, const Tensor& in, Tensor&
 }  // namespace
 
 void CudaBackend::fill(Tensor& out, double value) {
-  TANDEM_DISPATCH_ALL(out.dtype(), "fill", [&] {
+  TANDEM_DISPATCH_ALL_OF(DeviceScalar, out.dtype(), "fill", [&] {
     const std::int64_t n = out.numel();
     if (n == 0) return;
     const DeviceContext& ctx = context_of(out, "fill");
-    const auto v = static_cast<scalar_t>(value);
+    const auto v = convert_scalar<scalar_t>(value);
     unsigned char bytes[sizeof(scalar_t)];
     std::memcpy(bytes, &v, sizeof(scalar_t));
     bool all_zero = true;
@@ -322,12 +323,22 @@ void CudaBackend::fill(Tensor& out, double value) {
   });
 }
 
+namespace {
+
+// One element of a cast: convert_scalar (cuda/half_types.cuh), one rounding to nearest even.
+template <typename In, typename Out>
+struct Convert {
+  __host__ __device__ Out operator()(In x) const { return convert_scalar<Out>(x); }
+};
+
+}  // namespace
+
 void CudaBackend::cast(const Tensor& in, Tensor& out) {
-  TANDEM_DISPATCH_ALL(in.dtype(), "cast", [&] {
+  TANDEM_DISPATCH_ALL_OF(DeviceScalar, in.dtype(), "cast", [&] {
     using in_t = scalar_t;
-    TANDEM_DISPATCH_ALL(out.dtype(), "cast", [&] {
+    TANDEM_DISPATCH_ALL_OF(DeviceScalar, out.dtype(), "cast", [&] {
       if (in.numel() == 0) return;
-      launch_map<in_t, scalar_t>("cast", context_of(out, "cast"), ops::Cast<in_t, scalar_t>(), in, out);
+      launch_map<in_t, scalar_t>("cast", context_of(out, "cast"), Convert<in_t, scalar_t>(), in, out);
     });
   });
 }
@@ -351,7 +362,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& 
 void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   const std::int64_t n = out.numel();
   if (n == 0) return;
-  TANDEM_DISPATCH_ALL(out.dtype(), "where", [&] {
+  TANDEM_DISPATCH_ALL_OF(DeviceScalar, out.dtype(), "where", [&] {
     const DeviceContext& ctx = context_of(out, "where");
     const Shape& shape = out.shape();
     const StridedIndexer<4> indexer =

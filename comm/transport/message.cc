@@ -149,7 +149,7 @@ DecodedMessage decode_header(const char* data, std::size_t size, int source) {
   if (wire.version != kMessageVersion)
     throw bad(detail::concat("protocol version ", int(wire.version), ", this build speaks ", int(kMessageVersion)));
   if (!valid_kind(wire.kind)) throw bad(detail::concat("unknown operation kind ", int(wire.kind)));
-  if (wire.dtype > static_cast<std::uint8_t>(DType::boolean))
+  if (wire.dtype > static_cast<std::uint8_t>(kLastDType))
     throw bad(detail::concat("unknown dtype ", int(wire.dtype)));
   if (wire.ndim > kMaxDims) throw bad(detail::concat(int(wire.ndim), " dimensions"));
   if (wire.list_size == 0 || wire.list_index >= wire.list_size)

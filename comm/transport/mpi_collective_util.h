@@ -27,7 +27,9 @@ inline MPI_Datatype mpi_type(DType dtype, const char* operation) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
-    case DType::boolean: break;
+    case DType::boolean:
+    case DType::bf16:
+    case DType::f16: break;
   }
   TANDEM_FAIL(operation, ": cannot sum ", dtype_name(dtype), " tensors (f32, f64, i32 and i64 can be)");
 }
@@ -200,7 +202,9 @@ inline void add_into(void* into, const void* from, std::int64_t n, DType dtype) 
     case DType::f64: return add_elements<double>(out, in, n);
     case DType::i32: return add_elements<std::int32_t>(out, in, n);
     case DType::i64: return add_elements<std::int64_t>(out, in, n);
-    case DType::boolean: break;
+    case DType::boolean:
+    case DType::bf16:
+    case DType::f16: break;
   }
   TANDEM_FAIL("comm: internal error: no sum of ", dtype_name(dtype), " tensors");
 }

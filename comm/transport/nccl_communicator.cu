@@ -35,7 +35,9 @@ ncclDataType_t nccl_type(DType dtype, const char* operation) {
     case DType::f64: return ncclFloat64;
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
-    case DType::boolean: break;
+    case DType::boolean:
+    case DType::bf16:
+    case DType::f16: break;
   }
   TANDEM_FAIL(operation, ": cannot sum ", dtype_name(dtype), " tensors (f32, f64, i32 and i64 can be)");
 }

@@ -7,6 +7,7 @@
 #include "core/cpu/block_cache.h"
 #include "core/cpu/strided_loop.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "core/tensor.h"
 
 namespace tandem {
@@ -33,7 +34,7 @@ void CpuBackend::copy_from_host(void* dst, const void* host_src, std::size_t nby
 void CpuBackend::fill(Tensor& out, double value) {
   TANDEM_DISPATCH_ALL(out.dtype(), "fill", [&] {
     scalar_t* data = out.data<scalar_t>();
-    const auto v = static_cast<scalar_t>(value);
+    const auto v = convert_scalar<scalar_t>(value);
     cpu::parallel_for(out.numel(), 1, cpu::kElementwiseGrain,
                       [&](std::int64_t b, std::int64_t e) { std::fill(data + b, data + e, v); });
   });
@@ -46,7 +47,7 @@ void CpuBackend::cast(const Tensor& in, Tensor& out) {
     TANDEM_DISPATCH_ALL(out.dtype(), "cast", [&] {
       scalar_t* dst = out.data<scalar_t>();
       cpu::parallel_for(in.numel(), 1, cpu::kElementwiseGrain, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) dst[i] = static_cast<scalar_t>(src[i]);
+        for (std::int64_t i = b; i < e; ++i) dst[i] = convert_scalar<scalar_t>(src[i]);
       });
     });
   });
@@ -79,6 +80,10 @@ void CpuBackend::copy_strided(const Tensor& src, const StridedView& src_view, Te
     case 1:
       copy_strided_typed(static_cast<const std::uint8_t*>(src.raw_data()), src_view,
                          static_cast<std::uint8_t*>(dst.raw_data()), dst_view, shape);
+      break;
+    case 2:
+      copy_strided_typed(static_cast<const std::uint16_t*>(src.raw_data()), src_view,
+                         static_cast<std::uint16_t*>(dst.raw_data()), dst_view, shape);
       break;
     case 4:
       copy_strided_typed(static_cast<const std::uint32_t*>(src.raw_data()), src_view,

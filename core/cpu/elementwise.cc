@@ -11,6 +11,7 @@
 #include "core/cpu/ieee_exp.h"
 #include "core/cpu/strided_loop.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "core/integer_power.h"
 #include "core/tensor.h"
 

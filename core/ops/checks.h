@@ -26,13 +26,22 @@ inline void check_compatible(std::initializer_list<const Tensor*> tensors, const
   }
 }
 
+// The arithmetic has no 16-bit kernels yet: bf16 and f16 tensors are stored, converted and moved
+// (core/half_types.h), and computed on after a conversion to f32.
+inline void check_not_half(const Tensor& t, const char* op) {
+  TANDEM_CHECK(!is_half(t.dtype()), op, ": has no ", dtype_name(t.dtype()), " kernel yet (f32 and f64 have one), got ",
+               t.description(), ": convert with .to(DType::f32)");
+}
+
 inline void check_floating(const Tensor& t, const char* op) {
   check_defined(t, op);
+  check_not_half(t, op);
   TANDEM_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor (f32 or f64), got ", t.description());
 }
 
 inline void check_numeric(const Tensor& t, const char* op) {
   check_defined(t, op);
+  check_not_half(t, op);
   TANDEM_CHECK(t.dtype() != DType::boolean, op, ": not defined for bool tensors, got ", t.description());
 }
 

@@ -39,6 +39,7 @@ bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
   check_compatible({&a, &b}, name);
+  ops_detail::check_not_half(a, name);
   TANDEM_CHECK(is_comparison(op) || a.dtype() != DType::boolean || op == BinaryOp::mul ||
                    op == BinaryOp::maximum || op == BinaryOp::minimum,
                name, ": not defined for bool tensors (", a.description(), ", ", b.description(), ")");

@@ -70,6 +70,10 @@ const char* npy_descr(DType dtype) {
     case DType::i32: return "<i4";
     case DType::i64: return "<i8";
     case DType::boolean: return "|b1";
+    case DType::f16: return "<f2";
+    // NumPy has no bfloat16: its bits as a 2-byte void type, as ml_dtypes' bfloat16 arrays are
+    // saved (np.load(...).view(ml_dtypes.bfloat16) reads them; docs/tensors-and-autograd.md).
+    case DType::bf16: return "|V2";
   }
   return "";
 }
@@ -82,8 +86,10 @@ DType dtype_from_descr(const std::string& descr, const std::string& source) {
   if (code == "i4") return DType::i32;
   if (code == "i8") return DType::i64;
   if (code == "b1") return DType::boolean;
+  if (code == "f2") return DType::f16;
+  if (code == "V2") return DType::bf16;
   TANDEM_FAIL("npz: ", source, " holds an array of numpy dtype '", descr,
-              "', which tandem does not support (f4, f8, i4, i8, b1 little-endian)");
+              "', which tandem does not support (f4, f8, f2, i4, i8, b1 little-endian, and V2 for bfloat16)");
 }
 
 // The value that follows 'key': in a .npy header dict.

@@ -312,3 +312,72 @@ TEST_CASE("pin_memory gives page-locked host tensors that move to and from the G
   REQUIRE(back.to_vector<float>() == x.to_vector<float>());
   REQUIRE(on_gpu.pin_memory().to_vector<float>() == x.to_vector<float>());
 }
+
+namespace {
+
+// Bit for bit, except that a NaN matches any NaN (the NaN a conversion makes need not carry the
+// same payload on both backends).
+void require_same_values(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.dtype() == want.dtype());
+  REQUIRE(got.numel() == want.numel());
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i])) {
+      REQUIRE(std::isnan(g[i]));
+    } else {
+      INFO("element " << i << ": " << g[i] << " against " << w[i]);
+      REQUIRE(std::signbit(g[i]) == std::signbit(w[i]));
+      REQUIRE(g[i] == w[i]);
+    }
+  }
+}
+
+std::vector<std::uint16_t> every_16_bit_pattern() {
+  std::vector<std::uint16_t> all(1 << 16);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 and f16 on cuda:0: conversions give the CPU's values, fills and copies its bits",
+          "[tensor][device][half]") {
+  const std::vector<std::uint16_t> all = every_16_bit_pattern();
+  // A spread of f32 patterns (an odd stride meets every exponent and low-bit residue), and
+  // f64 values beside the 16-bit midpoints, where rounding twice would go wrong.
+  std::vector<std::uint32_t> f32_bits;
+  for (std::uint64_t b = 0; b < (std::uint64_t(1) << 32); b += 65537 * 3) f32_bits.push_back(static_cast<std::uint32_t>(b));
+  const Tensor f32s = from_buffer(f32_bits.data(), {static_cast<std::int64_t>(f32_bits.size())}, DType::f32);
+  std::vector<double> f64s;
+  for (int e = -30; e <= 16; ++e)
+    for (int s = 0; s < 128; s += 7) {
+      const double mid = std::ldexp(1024 + 2 * s + 1, e - 11);  // an f16 midpoint (and bf16's nearby)
+      f64s.insert(f64s.end(), {mid, std::nextafter(mid, 0.0), std::nextafter(mid, 1e300), -mid, mid * (1 + 1e-9)});
+    }
+  const Tensor doubles = from_vector<double>(f64s);
+  const Tensor ints = from_vector<std::int64_t>({0, 7, -65520, 65519, (std::int64_t(1) << 60) + (std::int64_t(1) << 52) + 1,
+                                                 std::numeric_limits<std::int64_t>::min()});
+  for (DType half : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(half));
+    const Tensor patterns = from_buffer(all.data(), {static_cast<std::int64_t>(all.size())}, half);
+    for (DType to : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::boolean}) {
+      INFO("to " << dtype_name(to));
+      require_same_values(patterns.to(gpu()).to(to), patterns.to(to));
+    }
+    for (const Tensor& from : {f32s, doubles, ints}) {
+      INFO("from " << from.description());
+      require_same_values(from.to(gpu()).to(half), from.to(half));
+    }
+    for (double value : {0.1, -65519.0, 65520.0, 1e-7, -0.0}) {
+      INFO("full " << value);
+      REQUIRE(same_bytes(full({5}, value, half, gpu()).to(cpu()), full({5}, value, half)));
+    }
+    const Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).to(half);
+    REQUIRE(same_bytes(x.to(gpu()).to(cpu()), x));
+    REQUIRE(same_bytes(transpose(x.to(gpu())).to(cpu()), transpose(x)));
+    REQUIRE(same_bytes(concat({x.to(gpu()), x.to(gpu())}, 1).to(cpu()), concat({x, x}, 1)));
+    const Tensor cond = from_vector<bool>({true, false, true});
+    REQUIRE(same_bytes(where(cond.to(gpu()), x.to(gpu()), zeros_like(x).to(gpu())).to(cpu()),
+                       where(cond, x, zeros_like(x))));
+  }
+}

@@ -18,9 +18,12 @@ int main(int argc, char** argv) {
                        {"b", from_vector<double>({0.25})},
                        {"t", full({}, 42, DType::i64)},
                        {"labels", from_vector<std::int32_t>({7, -1})},
-                       {"mask", from_vector<bool>({true, false, true})}});
+                       {"mask", from_vector<bool>({true, false, true})},
+                       // 1/3 and 1.00390625 (f32) round to nearest even in each 16-bit type.
+                       {"half", from_vector<float>({1.0f / 3, 65504, -0.0f, 1.00390625f}).to(DType::f16)},
+                       {"brain", from_vector<float>({1.0f / 3, -3e38f, 1e-40f, 1.00390625f}).to(DType::bf16)}});
       // The file must read back whole before NumPy is asked about it.
-      TANDEM_CHECK(read_npz(path).size() == 5, "npz_tool: ", path, " did not read back with 5 arrays");
+      TANDEM_CHECK(read_npz(path).size() == 7, "npz_tool: ", path, " did not read back with 7 arrays");
       return 0;
     }
     for (const auto& [name, tensor] : read_npz(path)) {

@@ -117,7 +117,7 @@ TEST_CASE("message: every field survives encode and decode") {
 }
 
 TEST_CASE("message: inline payload, scalar shape, every dtype and every kind round-trip") {
-  for (DType dtype : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean}) {
+  for (DType dtype : {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean, DType::bf16, DType::f16}) {
     MessageHeader h;
     h.kind = OpKind::tensor_send;
     h.flags = kFlagInlinePayload;
@@ -325,8 +325,8 @@ TEST_CASE("message: decode rejects malformed messages") {
   }
   SECTION("unknown dtype") {
     MessageHeader h = tensor_header();
-    h.dtype = static_cast<DType>(static_cast<int>(DType::boolean) + 1);
-    CHECK_THAT(decode_error(encode(h)), Contains(malformed) && Contains("unknown dtype 5"));
+    h.dtype = static_cast<DType>(static_cast<int>(kLastDType) + 1);
+    CHECK_THAT(decode_error(encode(h)), Contains(malformed) && Contains("unknown dtype 7"));
     h.dtype = static_cast<DType>(200);
     CHECK_THAT(decode_error(encode(h)), Contains(malformed) && Contains("unknown dtype 200"));
   }
