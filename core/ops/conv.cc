@@ -5,6 +5,7 @@
 
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/half_compute.h"
 
 namespace tandem {
 
@@ -138,6 +139,8 @@ Tensor col2im(const Tensor& col, const Shape& x_shape, std::int64_t kernel_h, st
 
 Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DParams& params, bool relu) {
   const char* op = "conv2d";
+  if (x.defined() && is_half(x.dtype()))
+    return conv2d(x.to(DType::f32), ops_detail::widen(W), ops_detail::widen(b), params, relu).to(x.dtype());
   check_conv_operands(x, W, b, op);
   const ConvPlan plan = plan_conv(x.shape(), x.description(), W.shape(), W.description(), params, op);
   if (b.defined()) {
@@ -154,6 +157,8 @@ Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DPar
 
 Tensor conv2d_grad_input(const Tensor& gy, const Tensor& W, const Shape& x_shape, const Conv2DParams& params) {
   const char* op = "conv2d_grad_input";
+  if (gy.defined() && is_half(gy.dtype()))
+    return conv2d_grad_input(gy.to(DType::f32), ops_detail::widen(W), x_shape, params).to(gy.dtype());
   ops_detail::check_floating(gy, op);
   ops_detail::check_compatible({&gy, &W}, op);
   const ConvPlan plan = plan_conv(x_shape, shape_str(x_shape), W.shape(), W.description(), params, op);
@@ -166,6 +171,8 @@ Tensor conv2d_grad_input(const Tensor& gy, const Tensor& W, const Shape& x_shape
 
 Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& w_shape, const Conv2DParams& params) {
   const char* op = "conv2d_grad_weight";
+  if (x.defined() && is_half(x.dtype()))
+    return conv2d_grad_weight(x.to(DType::f32), ops_detail::widen(gy), w_shape, params).to(x.dtype());
   ops_detail::check_floating(x, op);
   ops_detail::check_compatible({&x, &gy}, op);
   const ConvPlan plan = plan_conv(x.shape(), x.description(), w_shape, shape_str(w_shape), params, op);
@@ -176,6 +183,10 @@ Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& w_shap
 }
 
 std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2DParams& params, bool with_indices) {
+  if (x.defined() && is_half(x.dtype())) {
+    auto [y, indices] = max_pool2d(x.to(DType::f32), params, with_indices);
+    return {y.to(x.dtype()), indices};
+  }
   ops_detail::check_floating(x, "max_pool2d");
   const Conv2DGeometry g = pool_geometry(x.shape(), x.description(), params, "max_pool2d");
   Tensor y({g.batch, g.channels, g.out_h, g.out_w}, x.dtype(), x.device());
@@ -187,6 +198,8 @@ std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2DParams& params
 Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& x_shape,
                            const Pool2DParams& params) {
   const char* op = "max_pool2d_backward";
+  if (gy.defined() && is_half(gy.dtype()))
+    return max_pool2d_backward(gy.to(DType::f32), indices, x_shape, params).to(gy.dtype());
   ops_detail::check_floating(gy, op);
   ops_detail::check_defined(indices, op);
   TANDEM_CHECK(indices.dtype() == DType::i64, op, ": indices must be i64, got ", indices.description());
@@ -202,6 +215,7 @@ Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape&
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2DParams& params) {
+  if (x.defined() && is_half(x.dtype())) return avg_pool2d(x.to(DType::f32), params).to(x.dtype());
   ops_detail::check_floating(x, "avg_pool2d");
   const Conv2DGeometry g = pool_geometry(x.shape(), x.description(), params, "avg_pool2d");
   Tensor y({g.batch, g.channels, g.out_h, g.out_w}, x.dtype(), x.device());
@@ -211,6 +225,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2DParams& params) {
 
 Tensor avg_pool2d_backward(const Tensor& gy, const Shape& x_shape, const Pool2DParams& params) {
   const char* op = "avg_pool2d_backward";
+  if (gy.defined() && is_half(gy.dtype())) return avg_pool2d_backward(gy.to(DType::f32), x_shape, params).to(gy.dtype());
   ops_detail::check_floating(gy, op);
   const Conv2DGeometry g = pool_geometry(x_shape, shape_str(x_shape), params, op);
   const Shape expected{g.batch, g.channels, g.out_h, g.out_w};

@@ -5,6 +5,7 @@
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/half_compute.h"
 #include "core/ops/reduce.h"
 #include "core/ops/shape_ops.h"
 
@@ -52,6 +53,9 @@ Tensor one_hot(const Tensor& t, std::int64_t classes) {
 }  // namespace
 
 CrossEntropyRows softmax_cross_entropy_rows(const Tensor& x, const Tensor& t, std::int64_t ignore_label) {
+  // 16-bit scores: the losses and statistics stay f32 (a loss rounded to 16 bits loses the small
+  // differences its gradient is made of).
+  if (x.defined() && is_half(x.dtype())) return softmax_cross_entropy_rows(x.to(DType::f32), t, ignore_label);
   check_operands(x, t, kOp);
   const std::int64_t rows = x.size(0), classes = x.size(1);
   TANDEM_CHECK(rows == 0 || classes > 0, kOp, ": scores ", x.description(), " have no classes");
@@ -67,6 +71,10 @@ CrossEntropyRows softmax_cross_entropy_rows(const Tensor& x, const Tensor& t, st
 Tensor softmax_cross_entropy_rows_backward(const Tensor& x, const Tensor& stats, const Tensor& t, const Tensor& coef,
                                            std::int64_t ignore_label) {
   const char* op = "softmax_cross_entropy (backward)";
+  if (x.defined() && is_half(x.dtype()))  // the statistics and coefficients in f32, as forward gave them
+    return softmax_cross_entropy_rows_backward(x.to(DType::f32), ops_detail::widen(stats), t, ops_detail::widen(coef),
+                                               ignore_label)
+        .to(x.dtype());
   check_operands(x, t, op);
   ops_detail::check_compatible({&x, &stats, &coef}, op);
   const std::int64_t rows = x.size(0), classes = x.size(1);

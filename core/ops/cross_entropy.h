@@ -18,7 +18,8 @@ struct CrossEntropyRows {
 };
 
 // x: floating scores [rows, classes]; t: i32 or i64 labels [rows] on x's device, each in
-// [0, classes) or equal to ignore_label (checked: a label outside names its row).
+// [0, classes) or equal to ignore_label (checked: a label outside names its row). For bf16 and
+// f16 scores the losses and statistics are f32 (computed in f32, and kept so).
 CrossEntropyRows softmax_cross_entropy_rows(const Tensor& x, const Tensor& t, std::int64_t ignore_label);
 
 // The gradient of x: coef[r] * (softmax(x[r]) - onehot(t[r])), rows of ignored labels exactly 0.

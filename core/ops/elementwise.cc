@@ -4,6 +4,7 @@
 
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/half_compute.h"
 
 namespace tandem {
 
@@ -39,7 +40,10 @@ bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
   check_compatible({&a, &b}, name);
-  ops_detail::check_not_half(a, name);
+  if (is_half(a.dtype())) {
+    const Tensor y = binary(op, a.to(DType::f32), b.to(DType::f32));
+    return is_comparison(op) ? y : y.to(a.dtype());
+  }
   TANDEM_CHECK(is_comparison(op) || a.dtype() != DType::boolean || op == BinaryOp::mul ||
                    op == BinaryOp::maximum || op == BinaryOp::minimum,
                name, ": not defined for bool tensors (", a.description(), ", ", b.description(), ")");
@@ -51,10 +55,15 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double b) {
   ops_detail::check_defined(a, binary_name(op));
+  if (is_half(a.dtype())) {  // the scalar stays f32, as the computation
+    const Tensor y = binary(op, a.to(DType::f32), scalar_tensor(b, DType::f32, a.device()));
+    return is_comparison(op) ? y : y.to(a.dtype());
+  }
   return binary(op, a, scalar_tensor(b, a.dtype(), a.device()));
 }
 
 Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool floating_only, double p0 = 0, double p1 = 0) {
+  if (x.defined() && is_half(x.dtype())) return unary(op, x.to(DType::f32), name, floating_only, p0, p1).to(x.dtype());
   if (floating_only) check_floating(x, name);
   else check_numeric(x, name);
   Tensor out(x.shape(), x.dtype(), x.device());
@@ -73,6 +82,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maxim
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
 Tensor relu_grad(const Tensor& gy, const Tensor& y) { return binary(BinaryOp::relu_grad, gy, y); }
 Tensor gelu_grad(const Tensor& gy, const Tensor& x) {
+  if (gy.defined() && is_half(gy.dtype()))
+    return ops_detail::narrow(gelu_grad(ops_detail::widen(gy), ops_detail::widen(x)), gy.dtype());
   check_floating(gy, "gelu_grad");
   return binary(BinaryOp::gelu_grad, gy, x);
 }
@@ -148,6 +159,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 void add_(Tensor& dst, const Tensor& src) {
   check_compatible({&dst, &src}, "add_");
+  if (is_half(dst.dtype())) return ops_detail::narrow_into(dst, add(ops_detail::widen(dst), ops_detail::widen(src)));
   TANDEM_CHECK(broadcast_shapes(dst.shape(), src.shape(), "add_") == dst.shape(), "add_: cannot add ",
                src.description(), " into ", dst.description(), " in place");
   // The kernel reads each element of dst before writing it, so dst can be its own operand; a src
@@ -157,6 +169,7 @@ void add_(Tensor& dst, const Tensor& src) {
 
 void div_into_(Tensor& dst, const Tensor& src, double divisor) {
   check_compatible({&dst, &src}, "div_into_");
+  if (is_half(dst.dtype())) return ops_detail::narrow_into(dst, div(ops_detail::widen(src), divisor));
   check_floating(src, "div_into_");
   TANDEM_CHECK(src.shape() == dst.shape(), "div_into_: ", src.description(), " into ", dst.description(),
                ": the shapes differ");

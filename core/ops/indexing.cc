@@ -2,6 +2,7 @@
 
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/half_compute.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
 #include "core/ops/shape_ops.h"
@@ -48,6 +49,9 @@ namespace {
 
 Tensor gather_rows(const Tensor& table, const Tensor& ids, std::optional<std::int64_t> ignore_label, const char* op,
                    bool check_range) {
+  // Rows of a 16-bit table move in f32 (exact both ways) until the backends take them as they are.
+  if (table.defined() && is_half(table.dtype()))
+    return gather_rows(table.to(DType::f32), ids, ignore_label, op, check_range).to(table.dtype());
   check_table(table, op);
   check_id_dtype(ids, op);
   TANDEM_CHECK(ids.device() == table.device(), op, ": table on ", table.device(), " but ids on ", ids.device());
@@ -71,6 +75,12 @@ Tensor take_rows_trusted(const Tensor& table, const Tensor& ids, const char* op)
 
 void index_add_rows_(Tensor& table, const Tensor& ids, const Tensor& src, std::optional<std::int64_t> ignore_label,
                      const char* op) {
+  if (table.defined() && is_half(table.dtype())) {  // the sums in f32, each row rounded once
+    ops_detail::check_compatible({&table, &src}, op);
+    Tensor wide = table.to(DType::f32);
+    index_add_rows_(wide, ids, src.to(DType::f32), ignore_label, op);
+    return ops_detail::narrow_into(table, wide);
+  }
   check_table(table, op);
   check_id_dtype(ids, op);
   ops_detail::check_compatible({&table, &src}, op);

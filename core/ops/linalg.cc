@@ -2,6 +2,7 @@
 
 #include "core/backend.h"
 #include "core/ops/checks.h"
+#include "core/ops/half_compute.h"
 #include "core/ops/shape_ops.h"
 
 namespace tandem {
@@ -16,6 +17,7 @@ std::string flags(bool ta, bool tb) {
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) {
   ops_detail::check_compatible({&a_in, &b_in}, "matmul");
+  if (is_half(a_in.dtype())) return matmul(a_in.to(DType::f32), b_in.to(DType::f32), ta, tb).to(a_in.dtype());
   ops_detail::check_numeric(a_in, "matmul");
   TANDEM_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: operands must have at least 1 dimension, got ",
                a_in.description(), " and ", b_in.description());
@@ -57,6 +59,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) {
 
 void matmul_accumulate_(Tensor& out, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   ops_detail::check_compatible({&out, &a, &b}, "matmul_accumulate_");
+  if (is_half(out.dtype())) {  // out + a @ b in f32, rounded once
+    Tensor sum = out.to(DType::f32);
+    matmul_accumulate_(sum, a.to(DType::f32), b.to(DType::f32), ta, tb);
+    return ops_detail::narrow_into(out, sum);
+  }
   ops_detail::check_numeric(a, "matmul_accumulate_");
   TANDEM_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2, "matmul_accumulate_: needs 2-D operands, got ",
                out.description(), " += ", a.description(), " @ ", b.description());

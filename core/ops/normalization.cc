@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/half_compute.h"
 #include "core/ops/reduce.h"
 
 namespace tandem {
@@ -35,6 +36,7 @@ void check_channel_vector(const Tensor& t, const Tensor& x, const char* what, co
 
 std::pair<Tensor, Tensor> batch_norm_statistics(const Tensor& x) {
   const char* op = "batch_norm_statistics";
+  if (x.defined() && is_half(x.dtype())) return batch_norm_statistics(x.to(DType::f32));  // statistics in f32
   const ChannelView v = channel_view(x, op);
   Tensor mean({v.channels}, x.dtype(), x.device()), var({v.channels}, x.dtype(), x.device());
   backend_for(x.device(), op).batch_norm_stats(x, v.outer, v.channels, v.inner, mean, var);
@@ -43,6 +45,11 @@ std::pair<Tensor, Tensor> batch_norm_statistics(const Tensor& x) {
 
 BatchNormAffine batch_norm_affine(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                                   const Tensor& var, double eps) {
+  using ops_detail::widen;
+  if (x.defined() && is_half(x.dtype())) {  // invstd stays f32, as the statistics
+    BatchNormAffine wide = batch_norm_affine(widen(x), widen(gamma), widen(beta), widen(mean), widen(var), eps);
+    return {wide.y.to(x.dtype()), std::move(wide.invstd)};
+  }
   Tensor invstd = rdiv(1.0, sqrt(add(var, eps)));
   const Tensor scale = mul(gamma, invstd);
   return {channel_affine(x, scale, sub(beta, mul(mean, scale))), std::move(invstd)};
@@ -50,6 +57,15 @@ BatchNormAffine batch_norm_affine(const Tensor& x, const Tensor& gamma, const Te
 
 void batch_norm_update_running(Tensor* running_mean, Tensor* running_var, const Tensor& mean, const Tensor& var,
                                double count, double decay) {
+  using ops_detail::widen;
+  if ((running_mean && is_half(running_mean->dtype())) || (running_var && is_half(running_var->dtype()))) {
+    Tensor wide_mean = running_mean ? widen(*running_mean) : Tensor(), wide_var = running_var ? widen(*running_var) : Tensor();
+    batch_norm_update_running(running_mean ? &wide_mean : nullptr, running_var ? &wide_var : nullptr, widen(mean),
+                              widen(var), count, decay);
+    if (running_mean) ops_detail::narrow_into(*running_mean, wide_mean);
+    if (running_var) ops_detail::narrow_into(*running_var, wide_var);
+    return;
+  }
   if (running_mean) running_mean->copy_(add(mul(*running_mean, decay), mul(mean, 1 - decay)));
   if (running_var) {
     const double adjust = count / std::max(count - 1, 1.0);
@@ -64,6 +80,9 @@ Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& shift)
 Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, const Tensor& zscale,
                       const Tensor& shift) {
   const char* op = "channel_affine";
+  using ops_detail::widen;
+  if (x.defined() && is_half(x.dtype()))
+    return channel_affine(x.to(DType::f32), widen(scale), widen(z), widen(zscale), widen(shift)).to(x.dtype());
   const ChannelView v = channel_view(x, op);
   check_channel_vector(scale, x, "scale", op);
   check_channel_vector(shift, x, "shift", op);
@@ -79,6 +98,8 @@ Tensor channel_affine(const Tensor& x, const Tensor& scale, const Tensor& z, con
 
 std::pair<Tensor, Tensor> batch_norm_backward_sums(const Tensor& gy, const Tensor& x, const Tensor& mean) {
   const char* op = "batch_norm_backward_sums";
+  if (x.defined() && is_half(x.dtype()))  // sums in f32
+    return batch_norm_backward_sums(ops_detail::widen(gy), x.to(DType::f32), ops_detail::widen(mean));
   const ChannelView v = channel_view(x, op);
   ops_detail::check_compatible({&x, &gy}, op);
   TANDEM_CHECK(gy.shape() == x.shape(), op, ": gy ", gy.description(), " must have the shape of x ",
@@ -91,6 +112,11 @@ std::pair<Tensor, Tensor> batch_norm_backward_sums(const Tensor& gy, const Tenso
 
 Tensor batch_norm_grad_x(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& invstd, const Tensor& sum_gy, const Tensor& sum_gy_xmu, double count) {
+  using ops_detail::widen;
+  if (x.defined() && is_half(x.dtype()))
+    return batch_norm_grad_x(widen(gy), widen(x), widen(gamma), widen(mean), widen(invstd), widen(sum_gy),
+                             widen(sum_gy_xmu), count)
+        .to(x.dtype());
   const double inv_m = 1.0 / std::max(count, 1.0);
   const Tensor k1 = mul(gamma, invstd);
   const Tensor k2 = mul(mul(k1, square(invstd)), mul(sum_gy_xmu, -inv_m));
@@ -130,6 +156,11 @@ void check_row_vector(const Tensor& t, const Tensor& x, std::int64_t rows, const
 
 LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   const char* op = "layer_norm_forward";
+  if (x.defined() && is_half(x.dtype())) {  // mean and rstd stay f32, for backward
+    LayerNormResult wide = layer_norm_forward(x.to(DType::f32), ops_detail::widen(gamma), ops_detail::widen(beta), eps);
+    wide.y = wide.y.to(x.dtype());
+    return wide;
+  }
   ops_detail::check_floating(x, op);
   TANDEM_CHECK(x.dim() >= 1, op, ": x must be [..., n], got ", x.description());
   check_feature_vector(gamma, x, "gamma", op);
@@ -152,6 +183,12 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& gamma, const T
 LayerNormGrads layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                    const Tensor& rstd) {
   const char* op = "layer_norm_backward";
+  if (x.defined() && is_half(x.dtype())) {
+    using ops_detail::widen;
+    LayerNormGrads wide = layer_norm_backward(widen(gy), x.to(DType::f32), widen(gamma), widen(mean), widen(rstd));
+    return {wide.gx.to(x.dtype()), ops_detail::narrow(wide.ggamma, gamma.dtype()),
+            ops_detail::narrow(wide.gbeta, gamma.dtype())};
+  }
   ops_detail::check_floating(x, op);
   TANDEM_CHECK(x.dim() >= 1, op, ": x must be [..., n], got ", x.description());
   ops_detail::check_compatible({&x, &gy}, op);

@@ -5,6 +5,7 @@
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/half_compute.h"
 #include "core/ops/shape_ops.h"
 
 namespace tandem {
@@ -38,6 +39,7 @@ std::vector<int> normalize_axes(const Axes& axes, std::size_t ndim, const char* 
 
 Tensor reduce(ReduceOp op, const Tensor& x, const Axes& axes, bool keepdims) {
   const char* name = reduce_name(op);
+  if (x.defined() && is_half(x.dtype())) return ops_detail::narrow(reduce(op, x.to(DType::f32), axes, keepdims), x.dtype());
   ops_detail::check_numeric(x, name);
   const std::vector<int> reduced_axes = normalize_axes(axes, x.dim(), name);
   std::vector<bool> is_reduced(x.dim(), false);
@@ -98,6 +100,7 @@ Tensor max(const Tensor& x, const Axes& axes, bool keepdims) { return reduce(Red
 Tensor min(const Tensor& x, const Axes& axes, bool keepdims) { return reduce(ReduceOp::min, x, axes, keepdims); }
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) {
+  if (x.defined() && is_half(x.dtype())) return ops_detail::narrow(mean(x.to(DType::f32), axes, keepdims), x.dtype());
   ops_detail::check_floating(x, "mean");
   Tensor total = sum(x, axes, keepdims);
   if (total.numel() == 0) return total;  // an empty result: nothing to divide, whatever the axes

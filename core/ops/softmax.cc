@@ -6,6 +6,7 @@
 #include "core/backend.h"
 #include "core/ops/checks.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/half_compute.h"
 #include "core/ops/indexing.h"
 #include "core/ops/reduce.h"
 
@@ -25,6 +26,7 @@ void check_rows(const Tensor& x, const char* op, std::int64_t& rows, std::int64_
 
 Tensor softmax_last_axis(const Tensor& x, double scale, bool causal) {
   const char* op = "softmax";
+  if (x.defined() && is_half(x.dtype())) return softmax_last_axis(x.to(DType::f32), scale, causal).to(x.dtype());
   std::int64_t rows = 0, n = 0;
   check_rows(x, op, rows, n);
   TANDEM_CHECK(scale > 0, op, ": scale must be positive, got ", scale);
@@ -43,6 +45,10 @@ Tensor softmax_last_axis(const Tensor& x, double scale, bool causal) {
 
 Tensor softmax_last_axis_backward(const Tensor& y, const Tensor& gy, double scale) {
   const char* op = "softmax (backward)";
+  if (y.defined() && is_half(y.dtype())) {
+    ops_detail::check_compatible({&y, &gy}, op);
+    return softmax_last_axis_backward(y.to(DType::f32), gy.to(DType::f32), scale).to(y.dtype());
+  }
   std::int64_t rows = 0, n = 0;
   check_rows(y, op, rows, n);
   ops_detail::check_compatible({&y, &gy}, op);

@@ -381,3 +381,31 @@ TEST_CASE("bf16 and f16 on cuda:0: conversions give the CPU's values, fills and 
                        where(cond, x, zeros_like(x))));
   }
 }
+
+TEST_CASE("bf16 and f16 operations on cuda:0 compute in f32 as the CPU's do", "[tensor][device][half]") {
+  for (DType half : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(half));
+    // The f32 kernels of the two backends may differ in their last f32 bits (exp, the order of a
+    // sum); rounded to 16 bits that is at most one unit in the last place.
+    const double ulp = std::ldexp(1.0, half == DType::bf16 ? -7 : -10);
+    auto require_close = [&](const Tensor& on_gpu, const Tensor& on_cpu) {
+      REQUIRE(on_gpu.device() == gpu());
+      REQUIRE(on_gpu.dtype() == on_cpu.dtype());
+      const std::vector<double> g = on_gpu.to_vector<double>(), c = on_cpu.to_vector<double>();
+      REQUIRE(g.size() == c.size());
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        INFO("element " << i << ": " << g[i] << " on the GPU, " << c[i] << " on the CPU");
+        REQUIRE(std::fabs(g[i] - c[i]) <= ulp * std::fabs(c[i]) + 1e-30);
+      }
+    };
+    const Tensor a = uniform({8, 33}, 71, -2, 2).to(half), b = uniform({33, 5}, 72, -2, 2).to(half);
+    const Tensor ga = a.to(gpu()), gb = b.to(gpu());
+    require_close(add(ga, ga), add(a, a));
+    require_close(exp(ga), exp(a));
+    require_close(mul(ga, 0.1), mul(a, 0.1));
+    require_close(matmul(ga, gb), matmul(a, b));
+    require_close(sum(ga, {1}), sum(a, {1}));
+    require_close(softmax_last_axis(ga, 1.0, false), softmax_last_axis(a, 1.0, false));
+    REQUIRE(less(ga, 0.5).to(cpu()).to_vector<bool>() == less(a, 0.5).to_vector<bool>());
+  }
+}
