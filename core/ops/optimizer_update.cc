@@ -49,6 +49,7 @@ void adam_update_(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tenso
 }
 
 double sum_of_squares(const Tensor& x) {
+  if (x.defined() && is_half(x.dtype())) return sum_of_squares(x.to(DType::f32));  // accumulated in f32
   ops_detail::check_floating(x, "sum_of_squares");
   return backend_for(x.device(), "sum_of_squares").sum_of_squares(x);
 }

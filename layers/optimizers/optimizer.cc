@@ -51,6 +51,10 @@ void Optimizer::update() {
                  ": gradient ", param.grad().description(), " of parameter '", name, "' does not match ",
                  param.description());
     auto [it, created] = states_.try_emplace(name);
+    if (is_half(param.dtype())) {
+      update_with_master(param, it->second, created);
+      continue;
+    }
     if (created) init_state(param, it->second);
     // State made (or loaded) before the link moved to another device follows its parameter.
     for (auto& [key, tensor] : it->second)
@@ -58,6 +62,20 @@ void Optimizer::update() {
     update_one(param, it->second);
   }
   if (sync_) sync_->after_update(*link);
+}
+
+void Optimizer::update_with_master(Variable& param, State& state, bool created) {
+  if (created) {
+    state["master"] = param.data().to(DType::f32).clone();
+    init_state(Variable(state.at("master")), state);  // f32 state beside it
+  }
+  for (auto& [key, tensor] : state)
+    if (tensor.device() != param.data().device()) tensor = tensor.to(param.data().device());
+  Variable master(state.at("master"));  // shares the master's memory: the rule updates it in place
+  master.set_grad(param.grad().to(DType::f32));
+  update_one(master, state);
+  Tensor data = param.data();
+  data.copy_(state.at("master").to(param.dtype()));
 }
 
 std::vector<std::pair<std::string, Variable>> Optimizer::update_params() const {
@@ -125,8 +143,11 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
       continue;
     }
     TANDEM_CHECK(param != params.end(), type_name(), ": state for '", param_name, "', which the model does not have");
-    TANDEM_CHECK(tensor.shape() == param->second.shape() && tensor.dtype() == param->second.dtype(), type_name(),
-                 ": state '", key, "' is ", tensor.description(), " but the parameter is ", param->second.description());
+    // A 16-bit parameter's state (its master copy included) is f32.
+    const DType state_dtype = is_half(param->second.dtype()) ? DType::f32 : param->second.dtype();
+    TANDEM_CHECK(tensor.shape() == param->second.shape() && tensor.dtype() == state_dtype, type_name(), ": state '",
+                 key, "' is ", tensor.description(), " but the parameter is ", param->second.description(),
+                 state_dtype != param->second.dtype() ? " (its state is f32)" : "");
     // A copy of its own, on the parameter's device (a snapshot is read on the host).
     const Tensor placed = tensor.to(param->second.data().device());
     states[param_name][key.substr(slash + 1)] = placed.shares_storage_with(tensor) ? placed.clone() : placed;
@@ -136,6 +157,7 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
   for (const auto& [param_name, state] : states) {
     State expected;
     init_state(params.at(param_name), expected);
+    if (is_half(params.at(param_name).dtype())) expected["master"] = Tensor();
     for (const auto& [key, tensor] : expected)
       TANDEM_CHECK(state.count(key), type_name(), ": the saved state of '", param_name, "' has no '", key, "'");
   }

@@ -2,7 +2,9 @@
 // state save/restore, and convergence on a small regression problem.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "autograd/functions.h"
 #include "core/ops.h"
@@ -211,5 +213,71 @@ TEST_CASE("each optimizer fits a linear regression", "[optimizer]") {
     INFO(opt->type_name());
     REQUIRE(loss < 1e-4);
     REQUIRE(model->b().data().item() == Approx(0.3).margin(0.01));
+  }
+}
+
+namespace {
+
+// A link with one 16-bit parameter p.
+class HalfSingle : public Link {
+ public:
+  HalfSingle(std::vector<double> value, DType dtype) {
+    add_param("p", from_vector<double>(value, {static_cast<std::int64_t>(value.size())}).to(dtype));
+  }
+  Variable& p() { return param("p"); }
+};
+
+}  // namespace
+
+TEST_CASE("16-bit parameters: the rule updates an f32 master copy, the parameter is it rounded once",
+          "[optimizer][half]") {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dtype));
+    // 1 + 100 steps of 1e-4: each step is far below the last place of 1 in either format (2^-7,
+    // 2^-10), so a 16-bit parameter updated in place would never move; the master reaches 0.99.
+    auto link = std::make_shared<HalfSingle>(std::vector<double>{1, -2}, dtype);
+    SGD sgd(1e-4);
+    sgd.setup(link);
+    for (int i = 0; i < 100; ++i) {
+      link->p().set_grad(from_vector<double>({1, -1}).to(dtype));
+      sgd.update();
+    }
+    std::map<std::string, Tensor> state;
+    for (const auto& [key, tensor] : sgd.state_dict()) state[key] = tensor;
+    REQUIRE(state.count("p/master"));
+    const Tensor master = state.at("p/master");
+    REQUIRE(master.dtype() == DType::f32);
+    // The f32 sums of 100 steps, step by step, as the master holds them.
+    float want0 = 1.0f, want1 = -2.0f;
+    for (int i = 0; i < 100; ++i) {
+      want0 -= static_cast<float>(1e-4) * 1.0f;
+      want1 -= static_cast<float>(1e-4) * -1.0f;
+    }
+    REQUIRE(master.to_vector<float>() == std::vector<float>{want0, want1});
+    REQUIRE(link->p().dtype() == dtype);
+    REQUIRE(values(link->p()) == master.to(dtype).to_vector<double>());
+    REQUIRE(values(link->p())[0] < 1.0);  // it moved: 0.99 rounds below 1 in both formats
+    // Adam keeps f32 moments beside the master, and the state round-trips through state_dict.
+    auto a = std::make_shared<HalfSingle>(std::vector<double>{0.5, 0.25}, dtype);
+    auto b = std::make_shared<HalfSingle>(std::vector<double>{0.5, 0.25}, dtype);
+    Adam adam_a(0.01), adam_b(0.01);
+    adam_a.setup(a);
+    adam_b.setup(b);
+    a->p().set_grad(from_vector<double>({1, -3}).to(dtype));
+    adam_a.update();
+    for (const auto& [key, tensor] : adam_a.state_dict())
+      if (key != "t" && key != "epoch") REQUIRE(tensor.dtype() == DType::f32);
+    b->p().set_data(a->p().data().clone());
+    adam_b.load_state_dict(adam_a.state_dict());
+    a->p().set_grad(from_vector<double>({0.5, 2}).to(dtype));
+    b->p().set_grad(from_vector<double>({0.5, 2}).to(dtype));
+    adam_a.update();
+    adam_b.update();
+    REQUIRE(values(a->p()) == values(b->p()));
+    // A saved state without the master copy is refused, naming it.
+    auto no_master = adam_a.state_dict();
+    no_master.erase(std::remove_if(no_master.begin(), no_master.end(), [](const auto& e) { return e.first == "p/master"; }),
+                    no_master.end());
+    REQUIRE_THROWS_WITH(adam_b.load_state_dict(no_master), Catch::Contains("has no 'master'"));
   }
 }
