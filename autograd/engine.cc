@@ -225,6 +225,9 @@ class BackwardEngine {
     if (!variable) return;
     if (deterministic()) return deliver_order_free(*variable, g.value);
     if (variable->grad.defined()) {
+      // A 16-bit leaf whose gradient is held in f32 (Variable::set_grad) accumulates in f32.
+      if (variable->grad.dtype() != g.value.dtype() && is_half(g.value.dtype()))
+        g.value = g.value.to(variable->grad.dtype());
       // Accumulate in place when nothing else holds the gradient's memory (a user's copy of
       // grad() keeps its value): microbatches and pipeline steps accumulate into every
       // weight's gradient many times a step, and a new tensor each time cost a fresh

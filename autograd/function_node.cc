@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "autograd/autocast.h"
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
 #include "autograd/tensor_observer.h"
@@ -37,7 +38,10 @@ void check_outputs_finite(const std::string& function, const std::vector<Tensor>
 
 }  // namespace
 
-Variables FunctionNode::apply(const Variables& inputs) {
+Variables FunctionNode::apply(const Variables& given) {
+  // Under an AutocastScope the inputs arrive cast to the precision of this function's policy.
+  const Variables autocast = autocast_dtype() ? autograd_detail::autocast_inputs(name(), given) : Variables();
+  const Variables& inputs = autocast.empty() ? given : autocast;
   std::vector<Tensor> input_data;
   input_data.reserve(inputs.size());
   bool any_requires_grad = false;

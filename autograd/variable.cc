@@ -61,8 +61,11 @@ const Tensor& Variable::grad() const { return impl().grad; }
 
 void Variable::set_grad(const Tensor& grad) {
   VariableImpl& v = impl();
-  TANDEM_CHECK(!grad.defined() || (grad.shape() == v.data.shape() && grad.dtype() == v.data.dtype()),
-               "Variable::set_grad: gradient ", grad.description(), " does not match ", description());
+  // A 16-bit variable's gradient may be held in f32 (backward then accumulates into it in f32).
+  const bool dtype_fits =
+      grad.defined() && (grad.dtype() == v.data.dtype() || (is_half(v.data.dtype()) && grad.dtype() == DType::f32));
+  TANDEM_CHECK(!grad.defined() || (grad.shape() == v.data.shape() && dtype_fits), "Variable::set_grad: gradient ",
+               grad.description(), " does not match ", description());
   TANDEM_CHECK(!grad.defined() || grad.device() == v.data.device(), "Variable::set_grad: gradient on ",
                grad.device(), " for ", description(), " on ", v.data.device());
   v.grad = grad;

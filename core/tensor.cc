@@ -319,6 +319,13 @@ Tensor random_tensor(const Shape& shape, DType dtype, Device device, const char*
   // cast afterwards, without an f64 copy twice the size (which then stayed in the block cache and
   // served a later tensor of half its size, raising the MLP benchmark's peak: docs/performance.md,
   // "Peak memory against LibTorch").
+  if (is_half(dtype)) {
+    // Each double rounded to 16 bits once (a conversion through f32 would round twice).
+    Tensor wide(shape, DType::f64);
+    double* values = wide.data<double>();
+    for (std::int64_t i = 0; i < wide.numel(); ++i) values[i] = draw();
+    return wide.to(dtype).to(device);
+  }
   Tensor host(shape, dtype);
   if (dtype == DType::f32) {
     float* values = host.data<float>();
@@ -349,6 +356,8 @@ Tensor rand_uniform(const Shape& shape, Generator& generator, double low, double
 Tensor philox_uniform(const Shape& shape, Generator& generator, double low, double high, DType dtype, Device device) {
   TANDEM_CHECK(low <= high, "philox_uniform: low ", low, " > high ", high);
   TANDEM_CHECK(is_floating(dtype), "philox_uniform: needs a floating dtype, got ", dtype_name(dtype));
+  // 16 bits: the f32 draw, rounded once.
+  if (is_half(dtype)) return philox_uniform(shape, generator, low, high, DType::f32, device).to(dtype);
   Tensor out(shape, dtype, device);
   backend_for(device, "philox_uniform").random_uniform(out, generator.next(), low, high);
   return out;

@@ -88,6 +88,7 @@ Observation StandardUpdater::update() {
   // Deterministic mode: every group's backward starts from its own mean loss's gradient; the
   // optimizer divides the order-free sum by the number of groups (core/deterministic.h).
   int groups_run = 0;
+  const double loss_scale = optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
   for (int k = 0; k < accumulation_; ++k) {
     const Example batch = iterator_->next();
     new_epoch = new_epoch || iterator_->is_new_epoch();
@@ -101,16 +102,19 @@ Observation StandardUpdater::update() {
       const LossResult result = loss_(groups[g]);
       TANDEM_CHECK(result.loss.defined(), "StandardUpdater: the loss function returned no loss");
       if (!result.backward_done) {
-        if (accumulation_ == 1 || order_free) {
+        // The loss divided by k (the gradient of the mean over the k batches; deterministic mode
+        // divides later), times the loss scale where the optimizer has a scaler.
+        const double seed_value = loss_scale / (order_free ? 1 : accumulation_);
+        // A model-parallel rank without a loss of its own (a delegate variable of size 0) has
+        // nothing to seed: its gradients come from the ranks that have one.
+        if (seed_value == 1.0 || result.loss.numel() == 0) {
           result.loss.backward();
-          if (order_free) record_gradient_group();
         } else {
-          // The loss divided by k: the gradient of the mean over the k batches.
-          const Tensor seed = full(result.loss.shape(), 1.0 / accumulation_, result.loss.dtype(), result.loss.device());
-          TANDEM_CHECK(result.loss.numel() == 1, "StandardUpdater: gradient accumulation needs a scalar loss, got ",
-                       result.loss.description());
-          result.loss.backward(seed);
+          TANDEM_CHECK(result.loss.numel() == 1, "StandardUpdater: gradient accumulation and loss scaling need a ",
+                       "scalar loss, got ", result.loss.description());
+          result.loss.backward(full(result.loss.shape(), seed_value, result.loss.dtype(), result.loss.device()));
         }
+        if (order_free) record_gradient_group();
       }
       if (last_backward) last_loss_ = result.loss;
       // The mean over the groups (deterministic mode divides once below).

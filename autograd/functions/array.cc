@@ -135,6 +135,20 @@ class GetItem : public FunctionNode {
   Shape x_shape_;
 };
 
+class Cast : public FunctionNode {
+ public:
+  explicit Cast(DType dtype) : dtype_(dtype) {}
+  std::string name() const override { return "cast"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    x_dtype_ = in[0].dtype();
+    return {in[0].to(dtype_)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override { return {gy[0].to(x_dtype_)}; }
+
+ private:
+  DType dtype_, x_dtype_ = DType::f32;
+};
+
 }  // namespace
 
 Variable reshape(const Variable& x, const Shape& shape) { return call<Reshape>({x}, shape)[0]; }
@@ -168,6 +182,14 @@ Variables split_axis(const Variable& x, const std::vector<std::int64_t>& indices
 }
 
 Variable get_item(const Variable& x, const IndexList& indices) { return call<GetItem>({x}, indices)[0]; }
+
+Variable cast(const Variable& x, DType dtype) {
+  TANDEM_CHECK(x.defined(), "cast: the input is an undefined variable");
+  if (x.dtype() == dtype) return x;
+  TANDEM_CHECK(!x.requires_grad() || is_floating(dtype), "cast: ", x.data().description(),
+               " requires a gradient, which a cast to ", dtype_name(dtype), " cannot carry back");
+  return call<Cast>({x}, dtype)[0];
+}
 
 }  // namespace functions
 }  // namespace tandem

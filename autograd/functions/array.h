@@ -22,6 +22,9 @@ Variables split_axis(const Variable& x, std::int64_t sections, std::int64_t axis
 Variables split_axis(const Variable& x, const std::vector<std::int64_t>& indices, std::int64_t axis);
 // x[indices] with basic NumPy indexing (integers, slices, new axes).
 Variable get_item(const Variable& x, const IndexList& indices);
+// x converted to `dtype` (Chainer's F.cast), rounded once to nearest even; its gradient is the
+// output's converted back to x's dtype. Returns x itself when the dtype already matches.
+Variable cast(const Variable& x, DType dtype);
 
 }  // namespace functions
 }  // namespace tandem

@@ -8,6 +8,7 @@
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
+#include "core/ops/half_compute.h"
 #include "core/ops/indexing.h"
 #include "core/ops/recurrent.h"
 #include "core/random.h"
@@ -70,7 +71,33 @@ class NStepLSTM : public FunctionNode {
   }
   std::string name() const override { return "n_step_lstm"; }
 
+  // bf16 and f16 are computed in f32 (core/ops/half_compute.h): the inputs are widened, and each
+  // output and gradient is rounded back once.
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
+    half_ = in.empty() || !is_half(in[0].dtype()) ? std::nullopt : std::optional<DType>(in[0].dtype());
+    if (!half_) return forward_wide(in);
+    check(in);  // the dtypes agree before they are widened
+    return narrow_all(forward_wide(widen_all(in)), *half_);
+  }
+
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+    if (!half_) return backward_wide(grads);
+    return narrow_all(backward_wide(widen_all(grads)), *half_);
+  }
+
+ private:
+  static std::vector<Tensor> widen_all(const std::vector<Tensor>& tensors) {
+    std::vector<Tensor> wide;
+    wide.reserve(tensors.size());
+    for (const Tensor& t : tensors) wide.push_back(ops_detail::widen(t));
+    return wide;
+  }
+  static std::vector<Tensor> narrow_all(std::vector<Tensor> tensors, DType dtype) {
+    for (Tensor& t : tensors) t = ops_detail::narrow(t, dtype);
+    return tensors;
+  }
+
+  std::vector<Tensor> forward_wide(const std::vector<Tensor>& in) {
     check(in);
     const std::int64_t L = layout_.layers, B = layout_.batch;
     const Tensor& w00 = in[layout_.w(0, 0)];
@@ -155,7 +182,7 @@ class NStepLSTM : public FunctionNode {
     return outputs;
   }
 
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads) override {
+  std::vector<Tensor> backward_wide(const std::vector<Tensor>& grads) {
     if (fused_) return backward_fused(grads);
     const std::int64_t L = layout_.layers, B = layout_.batch, N = total_;
     std::vector<Tensor> out(layout_.num_inputs());
@@ -418,6 +445,7 @@ class NStepLSTM : public FunctionNode {
   std::int64_t H_ = 0, total_ = 0, steps_ = 0;
   std::vector<std::int64_t> lengths_, starts_, order_, rank_, batch_sizes_, offsets_;
   bool fused_ = false;  // forward ran on the device's fused LSTM (saved() holds its tensors)
+  std::optional<DType> half_;  // the inputs' 16-bit dtype, computed in f32
   LstmSequenceShape fused_shape_;
 };
 

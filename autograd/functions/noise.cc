@@ -3,6 +3,7 @@
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
 #include "core/ops.h"
+#include "core/ops/half_compute.h"
 
 namespace tandem {
 namespace functions {
@@ -16,13 +17,17 @@ class Dropout : public FunctionNode {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     const Tensor& x = in[0];
     TANDEM_CHECK(is_floating(x.dtype()), "dropout: needs a floating input, got ", x.description());
-    const Tensor keep = greater_equal(philox_uniform(x.shape(), generator_, 0, 1, x.dtype(), x.device()), ratio_);
+    // bf16 and f16 draw and scale in f32 (the same mask as f32's), and round the product once.
+    const DType compute = is_half(x.dtype()) ? DType::f32 : x.dtype();
+    const Tensor keep = greater_equal(philox_uniform(x.shape(), generator_, 0, 1, compute, x.device()), ratio_);
     // The mask already carries the 1 / (1 - ratio) scale, so forward and backward are one multiply.
-    const Tensor mask = where(keep, full({}, 1.0 / (1.0 - ratio_), x.dtype(), x.device()), zeros({}, x.dtype(), x.device()));
+    const Tensor mask = where(keep, full({}, 1.0 / (1.0 - ratio_), compute, x.device()), zeros({}, compute, x.device()));
     save_for_backward({mask});
-    return {mul(x, mask)};
+    return {ops_detail::narrow(mul(ops_detail::widen(x), mask), x.dtype())};
   }
-  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override { return {mul(gy[0], saved()[0])}; }
+  std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {
+    return {ops_detail::narrow(mul(ops_detail::widen(gy[0]), saved()[0]), gy[0].dtype())};
+  }
 
  private:
   double ratio_;

@@ -9,6 +9,11 @@
 
 namespace tandem {
 
+namespace {
+// state_dict's entries of the loss scaler: "loss_scaler/scale", ... (no parameter has this name).
+constexpr const char* kLossScalerPrefix = "loss_scaler/";
+}  // namespace
+
 void Optimizer::setup(LinkPtr target) {
   TANDEM_CHECK(target != nullptr, type_name(), "::setup: the target link is null");
   target_ = std::move(target);
@@ -43,13 +48,26 @@ void Optimizer::update() {
     for (auto& [name, param] : link->namedparams())
       if (param.grad().defined()) round_order_free_gradient(param, scale);
   }
+  if (scaler_) {
+    std::vector<std::pair<std::string, Variable>> params = update_params();
+    double nonfinite = scaler_->unscale(params);
+    // Sharded (ZeRO): each rank has looked at its slices only.
+    if (sync_) nonfinite = sync_->total_over_shards(nonfinite);
+    scaler_->update(nonfinite);
+    if (nonfinite > 0) {  // skipped: the parameters and t() stay as they are
+      if (sync_) sync_->after_update(*link);
+      return;
+    }
+  }
   ++t_;
   for (const auto& hook : hooks_) (*hook)(*this);
   for (auto& [name, param] : update_params()) {
     if (!param.grad().defined()) continue;
-    TANDEM_CHECK(param.grad().shape() == param.shape() && param.grad().dtype() == param.dtype(), type_name(),
-                 ": gradient ", param.grad().description(), " of parameter '", name, "' does not match ",
-                 param.description());
+    // A 16-bit parameter's gradient may be f32 (unscaled by a loss scaler, or kept in f32).
+    const bool wide_grad = is_half(param.dtype()) && param.grad().dtype() == DType::f32;
+    TANDEM_CHECK(param.grad().shape() == param.shape() && (param.grad().dtype() == param.dtype() || wide_grad),
+                 type_name(), ": gradient ", param.grad().description(), " of parameter '", name,
+                 "' does not match ", param.description());
     auto [it, created] = states_.try_emplace(name);
     if (is_half(param.dtype())) {
       update_with_master(param, it->second, created);
@@ -85,7 +103,7 @@ std::vector<std::pair<std::string, Variable>> Optimizer::update_params() const {
 void Optimizer::update(const std::function<Variable()>& lossfun) {
   target()->cleargrads();
   const Variable loss = lossfun();
-  loss.backward();
+  (scaler_ ? scaler_->scale(loss) : loss).backward();
   update();
 }
 
@@ -95,6 +113,8 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_dict() const {
   out.emplace_back("epoch", full({}, static_cast<double>(epoch_), DType::i64));
   for (const auto& [param, state] : states_)
     for (const auto& [key, tensor] : state) out.emplace_back(param + "/" + key, tensor);
+  if (scaler_)
+    for (auto& [key, tensor] : scaler_->state_dict()) out.emplace_back(kLossScalerPrefix + key, tensor);
   return out;
 }
 
@@ -132,7 +152,12 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     TANDEM_CHECK(value < (std::int64_t(1) << 53), type_name(), ": state '", key, "' is implausibly large: ", value);
     return value;
   };
+  std::vector<std::pair<std::string, Tensor>> scaler_state;
   for (const auto& [key, tensor] : entries) {
+    if (key.rfind(kLossScalerPrefix, 0) == 0) {
+      scaler_state.emplace_back(key.substr(std::string(kLossScalerPrefix).size()), tensor);
+      continue;
+    }
     if (key == "t") { t = counter(key, tensor); continue; }
     if (key == "epoch") { epoch = counter(key, tensor); continue; }
     const auto slash = key.rfind('/');
@@ -161,6 +186,12 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
     for (const auto& [key, tensor] : expected)
       TANDEM_CHECK(state.count(key), type_name(), ": the saved state of '", param_name, "' has no '", key, "'");
   }
+  // The loss scale is state like any other: it is not dropped, nor made up.
+  TANDEM_CHECK(scaler_state.empty() || scaler_, type_name(), ": the saved state has a loss scaler's (",
+               kLossScalerPrefix, "...) but this optimizer has none: set_loss_scaler first (mixed_f16)");
+  TANDEM_CHECK(!scaler_state.empty() || !scaler_, type_name(), ": this optimizer scales the loss but the saved ",
+               "state has no loss scaler (it was saved without one)");
+  if (scaler_) scaler_->load_state_dict(scaler_state);
   t_ = t;
   epoch_ = epoch;
   states_ = std::move(states);
@@ -168,7 +199,7 @@ void Optimizer::load_state_dict(const std::vector<std::pair<std::string, Tensor>
 
 void WeightDecay::operator()(Optimizer& optimizer) {
   for (auto& [name, p] : optimizer.update_params())
-    if (p.grad().defined()) p.set_grad(add(p.grad(), mul(p.data(), rate_)));
+    if (p.grad().defined()) p.set_grad(add(p.grad(), mul(p.data().to(p.grad().dtype()), rate_)));
 }
 
 GradientClipping::GradientClipping(double threshold) : threshold_(threshold) {

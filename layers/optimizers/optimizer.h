@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "layers/link.h"
+#include "layers/optimizers/loss_scaler.h"
 
 namespace tandem {
 
@@ -81,6 +82,11 @@ class Optimizer {
   void add_hook(std::shared_ptr<OptimizerHook> hook);
   void set_gradient_sync(std::shared_ptr<GradientSync> sync);
   const std::shared_ptr<GradientSync>& gradient_sync() const { return sync_; }
+  // Dynamic loss scaling (f16 training; layers/optimizers/loss_scaler.h): update(lossfun) then
+  // scales the loss, and update() unscales the gradients after the sync and before the hooks,
+  // and skips the update when one is not finite. Null switches it off.
+  void set_loss_scaler(std::shared_ptr<LossScaler> scaler) { scaler_ = std::move(scaler); }
+  const std::shared_ptr<LossScaler>& loss_scaler() const { return scaler_; }
 
   // The parameters the update rules and hooks run on (GradientSync::update_params): the target's,
   // or this rank's slices of them under a sharded data-parallel optimizer.
@@ -92,7 +98,8 @@ class Optimizer {
   std::int64_t epoch() const { return epoch_; }
   void new_epoch() { ++epoch_; }
 
-  // All state as named tensors ("<param>/<state>", plus "t" and "epoch"), for serialization.
+  // All state as named tensors ("<param>/<state>", plus "t" and "epoch", and the loss scaler's as
+  // "loss_scaler/<state>"), for serialization.
   std::vector<std::pair<std::string, Tensor>> state_dict() const;
   // Restores what state_dict() returned; names, shapes and dtypes must match the parameters.
   // Under a sharded data-parallel sync it also takes a whole parameter's state (what one process,
@@ -108,7 +115,7 @@ class Optimizer {
 
  private:
   // A bf16 or f16 parameter: the rule updates an f32 master copy (state "master", f32 state beside
-  // it) with the gradient widened, and the parameter becomes the master rounded once, so updates
+  // it) with the gradient widened (or f32 already: a loss scaler unscales into f32), and the parameter becomes the master rounded once, so updates
   // smaller than the parameter's last place add up instead of vanishing.
   void update_with_master(Variable& param, State& state, bool created);
   // load_state_dict's entry for a parameter of the model that update_params names only in slices.
@@ -118,6 +125,7 @@ class Optimizer {
   LinkPtr target_;
   std::vector<std::shared_ptr<OptimizerHook>> hooks_;
   std::shared_ptr<GradientSync> sync_;
+  std::shared_ptr<LossScaler> scaler_;
   std::map<std::string, State> states_;
   std::int64_t t_ = 0;
   std::int64_t epoch_ = 0;
