@@ -173,11 +173,15 @@ void bcast_data(Communicator& comm, const NamedParams& params) {
   }
 }
 
-void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill) {
-  multi_node_mean_grad(comm, link.namedparams(), zero_fill);
+void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill, std::optional<DType> allreduce_grad_dtype) {
+  multi_node_mean_grad(comm, link.namedparams(), zero_fill, 1.0, allreduce_grad_dtype);
 }
 
-void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool zero_fill, double scale) {
+void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool zero_fill, double scale,
+                          std::optional<DType> allreduce_grad_dtype) {
+  TANDEM_CHECK(!allreduce_grad_dtype || is_floating(*allreduce_grad_dtype),
+               "multi_node_mean_grad: allreduce_grad_dtype must be floating (bf16, f16, f32, f64), got ",
+               dtype_name(*allreduce_grad_dtype));
   std::vector<Entry> all;
   for (const auto& [name, param] : params) all.push_back({name, param});
 
@@ -251,6 +255,8 @@ void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool ze
   // ranks see that share of its groups). A parameter that no rank gave a gradient stays without
   // one even with zero_fill, as in one process: the update must not depend on the layout.
   if (deterministic()) {
+    TANDEM_CHECK(!allreduce_grad_dtype, "multi_node_mean_grad: allreduce_grad_dtype (",
+                 dtype_name(*allreduce_grad_dtype), ") does not run in deterministic mode, whose sums are exact");
     std::vector<Variable> present;
     for (std::size_t i = 0; i < all.size(); ++i)
       if (!with[i].empty()) present.push_back(all[i].param);
@@ -260,12 +266,13 @@ void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool ze
     return;
   }
 
-  // 3. One packed allreduce per dtype of the gradients that some rank has (missing ones as zeros).
+  // 3. One packed allreduce per dtype of the gradients that some rank has (missing ones as zeros),
+  // in allreduce_grad_dtype where one is given (ChainerMN's: cast, averaged, cast back).
   std::map<DType, std::vector<Entry>> groups;
   for (std::size_t i = 0; i < all.size(); ++i) {
     Entry& e = all[i];
     if (!with[i].empty()) {
-      groups[e.param.dtype()].push_back(e);
+      groups[allreduce_grad_dtype.value_or(e.param.dtype())].push_back(e);
     } else if (zero_fill) {
       e.param.set_grad(zeros(e.param.shape(), e.param.dtype(), e.param.data().device()));
     }
@@ -277,7 +284,7 @@ void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool ze
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const Tensor& grad = entries[i].param.grad();
       if (grad.defined()) {
-        views[i].copy_(grad);
+        views[i].copy_(grad.to(dtype));
       } else {
         views[i].copy_(zeros(entries[i].param.shape(), dtype, device));
       }
@@ -289,7 +296,7 @@ void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool ze
     const std::vector<Tensor> means = slots(mean, entries);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       Entry& e = entries[i];
-      e.param.set_grad(means[i].to(e.param.data().device()));
+      e.param.set_grad(means[i].to(e.param.dtype()).to(e.param.data().device()));
     }
   }
 }

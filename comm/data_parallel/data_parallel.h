@@ -4,6 +4,8 @@
 // models differ get an error on every rank instead of mixing parameters up.
 #pragma once
 
+#include <optional>
+
 #include "comm/transport/communicator.h"
 #include "layers/link.h"
 
@@ -37,9 +39,14 @@ std::string ranks_str(const std::vector<int>& ranks);
 // text naming the parameter and the ranks with and without its gradient. Under check_finite
 // (autograd/check_finite.h) a NaN/Inf gradient is an error on every rank, naming the rank(s)
 // and parameter. Errors come before any gradient changes.
-void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill = false);
+// allreduce_grad_dtype (ChainerMN's): the gradients travel and are averaged in that dtype, and
+// are cast back to their parameters' (bf16 or f16 halve the bytes of f32 gradients; each partial
+// sum is rounded to 16 bits). Not in deterministic mode.
+void multi_node_mean_grad(Communicator& comm, Link& link, bool zero_fill = false,
+                          std::optional<DType> allreduce_grad_dtype = std::nullopt);
 
 // multi_node_mean_grad of some parameters only (a parameter group), the mean multiplied by scale.
-void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool zero_fill, double scale = 1.0);
+void multi_node_mean_grad(Communicator& comm, const NamedParams& params, bool zero_fill, double scale = 1.0,
+                          std::optional<DType> allreduce_grad_dtype = std::nullopt);
 
 }  // namespace tandem

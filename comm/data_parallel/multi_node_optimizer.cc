@@ -15,7 +15,8 @@ namespace {
 
 class MultiNodeGradientSync final : public GradientSync {
  public:
-  MultiNodeGradientSync(CommunicatorPtr comm, bool zero_fill) : comm_(std::move(comm)), zero_fill_(zero_fill) {}
+  MultiNodeGradientSync(CommunicatorPtr comm, bool zero_fill, std::optional<DType> allreduce_grad_dtype)
+      : comm_(std::move(comm)), zero_fill_(zero_fill), allreduce_grad_dtype_(allreduce_grad_dtype) {}
 
   bool before_update(Link& target) override {
     std::vector<std::pair<std::string, Shape>> now;
@@ -29,13 +30,14 @@ class MultiNodeGradientSync final : public GradientSync {
         return false;
       }
     }
-    multi_node_mean_grad(*comm_, target, zero_fill_);
+    multi_node_mean_grad(*comm_, target, zero_fill_, allreduce_grad_dtype_);
     return true;
   }
 
  private:
   CommunicatorPtr comm_;
   bool zero_fill_;
+  std::optional<DType> allreduce_grad_dtype_;
   std::vector<std::pair<std::string, Shape>> known_;
 };
 
@@ -137,11 +139,18 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
 }
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
-                                                       bool zero_fill) {
+                                                       bool zero_fill, std::optional<DType> allreduce_grad_dtype) {
   TANDEM_CHECK(optimizer && comm, "create_multi_node_optimizer: an optimizer and a communicator are required");
   TANDEM_CHECK(!optimizer->gradient_sync(), "create_multi_node_optimizer: this ", optimizer->type_name(),
                " already has a gradient sync (wrapped twice?)");
-  optimizer->set_gradient_sync(std::make_shared<MultiNodeGradientSync>(std::move(comm), zero_fill));
+  TANDEM_CHECK(!allreduce_grad_dtype || is_floating(*allreduce_grad_dtype),
+               "create_multi_node_optimizer: allreduce_grad_dtype must be floating (bf16, f16, f32, f64), got ",
+               dtype_name(*allreduce_grad_dtype));
+  TANDEM_CHECK(!allreduce_grad_dtype || !deterministic(), "create_multi_node_optimizer: allreduce_grad_dtype (",
+               dtype_name(*allreduce_grad_dtype), ") does not run in deterministic mode (TANDEM_DETERMINISTIC=1), "
+               "whose sums are exact");
+  optimizer->set_gradient_sync(
+      std::make_shared<MultiNodeGradientSync>(std::move(comm), zero_fill, allreduce_grad_dtype));
   return optimizer;
 }
 

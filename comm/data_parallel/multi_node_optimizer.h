@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,11 @@
 
 namespace tandem {
 
+// allreduce_grad_dtype (ChainerMN's argument): the gradients are cast to it, averaged, and cast
+// back (DType::bf16 or f16 halve an f32 model's bytes on the wire).
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
-                                                       bool zero_fill = false);
+                                                       bool zero_fill = false,
+                                                       std::optional<DType> allreduce_grad_dtype = std::nullopt);
 
 // Data parallelism as people run it today (comm/data_parallel/data_parallel_optimizer.h):
 // gradients averaged in buckets while backward runs (options.overlap), accumulation with

@@ -481,7 +481,8 @@ void Pipeline::run_backward(int stage, int microbatch) {
   if (stage == schedule_.stages - 1) {
     const Variable& loss = outputs[0];
     // Deterministic mode: the microbatch's own mean loss; the optimizer divides by the groups.
-    const double seed = deterministic() ? 1.0 : slot->weight;
+    // A loss scaler (mixed_f16) multiplies the seed by its scale.
+    const double seed = (deterministic() ? 1.0 : slot->weight) * (loss_scaler_ ? loss_scaler_->scale() : 1.0);
     tandem::backward({loss}, {full({}, seed, loss.dtype(), loss.device())});
   } else {
     Variables roots;

@@ -67,6 +67,7 @@
 #include "comm/pipeline/schedule.h"
 #include "comm/pipeline/simulator.h"
 #include "comm/transport/communicator.h"
+#include "layers/optimizers/loss_scaler.h"
 #include "layers/link.h"
 
 namespace tandem {
@@ -148,6 +149,10 @@ class Pipeline : public Link {
   bool holds_stage(int stage_id) const;
   const StepProfile& last_profile() const { return profile_; }
   bool recompute() const { return options_.recompute; }
+  // Loss scaling (mixed_f16): each microbatch's backward starts from the scaler's current scale
+  // (times the microbatch's weight), as Optimizer::update(lossfun) scales its loss; give it the
+  // optimizer's scaler (Optimizer::set_loss_scaler), which unscales and decides the step.
+  void set_loss_scaler(std::shared_ptr<const LossScaler> scaler) { loss_scaler_ = std::move(scaler); }
 
  private:
   struct Slot;
@@ -173,6 +178,7 @@ class Pipeline : public Link {
   CommunicatorPtr comm_;
   Schedule schedule_;
   PipelineOptions options_;
+  std::shared_ptr<const LossScaler> loss_scaler_;
   std::vector<int> stage_ids_;
   std::map<int, LinkPtr> stages_;
   // The stages of this rank whose weight gradients the schedule's weight actions compute.

@@ -9,10 +9,12 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "comm/transport/mpi_communicator.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "core/hash.h"
 
 namespace tandem {
@@ -21,18 +23,23 @@ namespace comm_detail::collective_util {
 
 inline constexpr std::size_t kChunkBytes = std::size_t(1) << 30;
 
+// The MPI type of a tensor that a collective sums; pair it with mpi_sum(dtype).
 inline MPI_Datatype mpi_type(DType dtype, const char* operation) {
   switch (dtype) {
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
-    case DType::boolean:
     case DType::bf16:
-    case DType::f16: break;
+    case DType::f16: return MPI_UINT16_T;  // summed by mpi_sum's own operation
+    case DType::boolean: break;
   }
-  TANDEM_FAIL(operation, ": cannot sum ", dtype_name(dtype), " tensors (f32, f64, i32 and i64 can be)");
+  TANDEM_FAIL(operation, ": cannot sum ", dtype_name(dtype), " tensors (f32, f64, bf16, f16, i32 and i64 can be)");
 }
+
+// MPI_SUM, or for bf16 and f16 an operation that adds in f32 and rounds each sum once
+// (mpi_half_sum.cc).
+MPI_Op mpi_sum(DType dtype);
 
 inline int checked_int(std::size_t value, const char* operation) {
   TANDEM_CHECK(value <= static_cast<std::size_t>(INT_MAX), operation, ": ", value,
@@ -161,7 +168,19 @@ inline Packed pack(const std::vector<Tensor>& pieces, DType dtype) {
   return Packed{flat.raw_data(), flat.storage()};
 }
 
+// bf16 and f16: as f32 does below, each quotient rounded once.
+inline void divide_half(Tensor& y, int size) {
+  const float scale = 1.0f / static_cast<float>(size);
+  auto scale_all = [&](auto* p) {
+    using Half = std::remove_pointer_t<decltype(p)>;
+    for (std::int64_t i = 0; i < y.numel(); ++i) p[i] = Half(static_cast<float>(p[i]) * scale);
+  };
+  if (y.dtype() == DType::bf16) scale_all(static_cast<Eigen::bfloat16*>(y.raw_data()));
+  else scale_all(static_cast<Eigen::half*>(y.raw_data()));
+}
+
 inline void divide(Tensor& y, int size) {
+  if (is_half(y.dtype())) return divide_half(y, size);
   if (y.dtype() == DType::f32) {
     float* p = y.data<float>();
     const float scale = 1.0f / static_cast<float>(size);
@@ -193,6 +212,18 @@ inline void add_elements(char* into, const char* from, std::int64_t n) {
   }
 }
 
+// The same for bf16 and f16: added in f32, each sum rounded once (as mpi_sum's operation).
+template <typename Half>
+inline void add_half_elements(char* into, const char* from, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    Half a, b;
+    std::memcpy(&a, into + i * sizeof(Half), sizeof(Half));
+    std::memcpy(&b, from + i * sizeof(Half), sizeof(Half));
+    const Half sum(static_cast<float>(a) + static_cast<float>(b));
+    std::memcpy(into + i * sizeof(Half), &sum, sizeof(Half));
+  }
+}
+
 // into += from, elementwise (the dtypes MPI sums: see mpi_type).
 inline void add_into(void* into, const void* from, std::int64_t n, DType dtype) {
   char* out = static_cast<char*>(into);
@@ -202,9 +233,9 @@ inline void add_into(void* into, const void* from, std::int64_t n, DType dtype) 
     case DType::f64: return add_elements<double>(out, in, n);
     case DType::i32: return add_elements<std::int32_t>(out, in, n);
     case DType::i64: return add_elements<std::int64_t>(out, in, n);
-    case DType::boolean:
-    case DType::bf16:
-    case DType::f16: break;
+    case DType::bf16: return add_half_elements<Eigen::bfloat16>(out, in, n);
+    case DType::f16: return add_half_elements<Eigen::half>(out, in, n);
+    case DType::boolean: break;
   }
   TANDEM_FAIL("comm: internal error: no sum of ", dtype_name(dtype), " tensors");
 }

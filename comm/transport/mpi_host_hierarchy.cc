@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "comm/transport/mpi_collective_util.h"
 #include "comm/transport/mpi_world.h"
 
 namespace tandem::comm_detail {
@@ -91,7 +92,7 @@ class HostHierarchy::Sum {
     char* out = static_cast<char*>(y_.raw_data());
     for (std::size_t p = 0; p < pieces_.size(); ++p)
       check_mpi(MPI_Ireduce(in + pieces_[p].at, h_.leader() ? out + pieces_[p].at : nullptr, pieces_[p].count, type_,
-                            MPI_SUM, 0, h_.host_, &reduces_[p]),
+                            collective_util::mpi_sum(y_.dtype()), 0, h_.host_, &reduces_[p]),
                 "MPI_Ireduce (within the host)");
     if (!h_.leader()) {
       for (std::size_t p = 0; p < pieces_.size(); ++p) post_bcast(p);
@@ -112,7 +113,7 @@ class HostHierarchy::Sum {
   }
   void post_allreduce(std::size_t p) {
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(y_.raw_data()) + pieces_[p].at, pieces_[p].count, type_,
-                             MPI_SUM, h_.leaders_, &allreduces_[p]),
+                             collective_util::mpi_sum(y_.dtype()), h_.leaders_, &allreduces_[p]),
               "MPI_Iallreduce (among the hosts)");
   }
   void post_bcast(std::size_t p) {

@@ -274,7 +274,7 @@ Tensor MpiCommunicator::reduce(const Tensor& x, int root, CallSite site) {
     requests.emplace_back();
     check_mpi(MPI_Ireduce(static_cast<const char*>(send.raw_data()) + offset * element,
                           is_root ? static_cast<char*>(y.raw_data()) + offset * element : nullptr, count, type,
-                          MPI_SUM, root, comm_, &requests.back()),
+                          mpi_sum(x.dtype()), root, comm_, &requests.back()),
               "MPI_Ireduce");
   }
   finish_collective(requests, "reduce", {send.storage(), is_root ? y.storage() : nullptr});

@@ -35,11 +35,11 @@ ncclDataType_t nccl_type(DType dtype, const char* operation) {
     case DType::f64: return ncclFloat64;
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
-    case DType::boolean:
-    case DType::bf16:
-    case DType::f16: break;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::boolean: break;
   }
-  TANDEM_FAIL(operation, ": cannot sum ", dtype_name(dtype), " tensors (f32, f64, i32 and i64 can be)");
+  TANDEM_FAIL(operation, ": cannot sum ", dtype_name(dtype), " tensors (f32, f64, bf16, f16, i32 and i64 can be)");
 }
 
 // Runs `calls` between ncclGroupStart and ncclGroupEnd, so that NCCL progresses the sends and

@@ -123,6 +123,7 @@ Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x, "sigmoid", t
 Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x, "sqrt", true); }
 Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x, "relu", false); }
 void relu_(Tensor& x) {
+  if (x.defined() && is_half(x.dtype())) return ops_detail::narrow_into(x, relu(ops_detail::widen(x)));
   check_numeric(x, "relu_");
   backend_for(x.device(), "relu_").unary(UnaryOp::relu, x, x, 0, 0);  // element i reads only element i
 }

@@ -143,5 +143,11 @@ void add_communicator_flag(Flags& flags) {
                    "host first) or pure_nccl (NCCL between GPUs, one per rank)");
 }
 
+void add_dtype_flag(Flags& flags) {
+  flags.add_string("dtype", "f32",
+                   "training precision: f32, mixed_bf16 (f32 parameters, products in bf16) or mixed_f16 (the same "
+                   "in f16, with dynamic loss scaling)");
+}
+
 }  // namespace examples
 }  // namespace tandem

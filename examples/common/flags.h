@@ -68,6 +68,10 @@ Device training_device(const Flags& flags, const std::string& program);
 // that; "pure_nccl" refuses it with an error).
 Device training_device(const Flags& flags, const std::string& program, int intra_rank);
 
+// --dtype: the training precision, f32 (the default), mixed_bf16 or mixed_f16
+// (training/mixed_precision.h reads the name).
+void add_dtype_flag(Flags& flags);
+
 // --communicator for the multi-rank trainers: "naive" (MPI; GPU tensors through host memory,
 // the default), "hierarchical" (naive whose allreduce sums within each host first: data
 // parallelism over several hosts) or "pure_nccl" (NCCL between GPUs; needs --gpu and a GPU per

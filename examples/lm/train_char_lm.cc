@@ -18,6 +18,7 @@
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/lm/train_char_lm --tp 2 --pp 2 --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm       # 2 data-parallel replicas
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --experts 8   # 4 experts per rank
+//   bazel-bin/examples/lm/train_char_lm --dtype mixed_bf16   # products in bf16 (training/mixed_precision.h)
 //
 // --experts E makes every block's MLP a mixture of E experts (comm/moe/mixture_of_experts.h),
 // spread over groups of --expert-parallel data replicas (default: all of them); the shared
@@ -33,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "comm/moe/mixture_of_experts.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/pipeline/layout.h"
@@ -49,6 +51,7 @@
 #include "training/extensions/evaluator.h"
 #include "training/extensions/plot_report.h"
 #include "training/extensions/reporting.h"
+#include "training/mixed_precision.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   flags.add_string("resume", "", "'latest': continue from the newest snapshot that every rank completed");
   flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
+  examples::add_dtype_flag(flags);
   const int status = examples::parse_command_line(
       flags, argc, argv, kProgram,
       {"context", "dim", "heads", "layers", "batchsize", "iterations", "tp", "pp", "microbatches", "stages-per-rank",
@@ -193,6 +197,12 @@ int main(int argc, char** argv) {
     optimizer = create_multi_node_optimizer(optimizer, layout.data);
   }
   optimizer->setup(pipe);
+  // Every rank skips a step whose gradients overflowed on any rank (mixed_f16).
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  apply_precision(*optimizer, precision, [world](double count) {
+    return world->size() == 1 ? count : world->allreduce(full({}, count, DType::f64)).item();
+  });
+  pipe->set_loss_scaler(optimizer->loss_scaler());
   // Every rank iterates the same global batches; each replica computes its rows.
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed);
   auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, examples::replica_loss(pipe, layout));
@@ -212,10 +222,11 @@ int main(int argc, char** argv) {
                 static_cast<long long>(corpus.validation_documents), static_cast<long long>(config.vocabulary),
                 unigram);
     std::printf("model: %lld blocks x %lld wide, %lld heads, context %lld; rank 0 holds %lld parameters; ranks %d = "
-                "tp %lld x pp %lld x dp %lld; %s; batch %lld, %lld iterations, Adam lr %g\n",
+                "tp %lld x pp %lld x dp %lld; %s; batch %lld, %lld iterations, Adam lr %g, dtype %s\n",
                 static_cast<long long>(config.layers), static_cast<long long>(config.dim),
                 static_cast<long long>(config.heads), static_cast<long long>(config.context), parameters, world->size(),
-                tp, pp, dp, schedule.describe().c_str(), batchsize, iterations, flags.get_double("lr"));
+                tp, pp, dp, schedule.describe().c_str(), batchsize, iterations, flags.get_double("lr"),
+                precision.name.c_str());
     if (config.experts > 0) {
       char mode[64] = "dropless";
       if (config.capacity_factor > 0) std::snprintf(mode, sizeof mode, "capacity factor %g", config.capacity_factor);
@@ -241,6 +252,8 @@ int main(int argc, char** argv) {
   }
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::iterations(flags.get_int("snapshot-interval")));
   examples::resume(trainer, *world, flags, kProgram);
+  // Training, evaluation and sampling in the chosen precision.
+  const AutocastScope autocast(precision.autocast);
   trainer.run();
 
   // The whole validation text (in whole batches), then a sample.

@@ -4,8 +4,10 @@
 //
 //   bazel run //examples/mnist:train_mnist -- --epoch 10 --out /tmp/mnist
 //   bazel run //examples/mnist:train_mnist -- --epoch 20 --out /tmp/mnist --resume /tmp/mnist/snapshot_iter_6000.npz
+//   bazel run //examples/mnist:train_mnist -- --dtype mixed_bf16   # products in bf16 (training/mixed_precision.h)
 #include <cstdio>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
@@ -16,6 +18,7 @@
 #include "training/extensions/dump_graph.h"
 #include "training/extensions/evaluator.h"
 #include "training/extensions/reporting.h"
+#include "training/mixed_precision.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
     examples::add_training_flags(flags, "examples per minibatch", "directory for the log and snapshots",
                                  "snapshot to resume from ('latest': the newest one in --out)");
     flags.add_int("frequency", 1, "snapshot every this many epochs");
+    examples::add_dtype_flag(flags);
     if (!flags.parse(argc, argv)) return 0;
     const Device device = examples::training_device(flags, "train_mnist");
     const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch");
@@ -39,12 +43,15 @@ int main(int argc, char** argv) {
     if (data_dir.empty()) data_dir = default_mnist_dir();
     std::printf("train_mnist: %lld train / %lld test examples from %s\n", static_cast<long long>(train->size()),
                 static_cast<long long>(test->size()), data_dir.c_str());
-    std::printf("# unit: %lld  # minibatch: %lld  # epoch: %lld\n", units, batchsize, epochs);
+    const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+    std::printf("# unit: %lld  # minibatch: %lld  # epoch: %lld  # dtype: %s\n", units, batchsize, epochs,
+                precision.name.c_str());
 
     auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
     model->to(device);
     auto optimizer = std::make_shared<Adam>();
     optimizer->setup(model);
+    apply_precision(*optimizer, precision);
     auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true,
                                                        static_cast<std::uint64_t>(flags.get_int("seed")));
     auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);
@@ -65,6 +72,7 @@ int main(int argc, char** argv) {
       trainer.load_snapshot(resume);  // the lazily sized layers take their shapes from it
       std::printf("resumed from %s at iteration %lld\n", resume.c_str(), static_cast<long long>(trainer.iteration()));
     }
+    const AutocastScope autocast(precision.autocast);
     trainer.run();
     return 0;
   } catch (const std::exception& e) {

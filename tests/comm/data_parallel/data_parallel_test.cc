@@ -4,6 +4,7 @@
 // on rank 0 handing its state to a decoder on rank 1) against one process.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <limits>
 
 #include "autograd/check_finite.h"
@@ -12,6 +13,7 @@
 #include "comm/multi_node_links/multi_node_n_step_rnn.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/multi_node_training/multi_node_evaluator.h"
+#include "comm/trace/flight_recorder.h"
 #include "data/data.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/sgd.h"
@@ -202,4 +204,85 @@ TEST_CASE("multi-node NStepLSTM: encoder state handed from rank 0 to rank 1, as 
     for (std::size_t i = 0; i < got.size(); ++i)
       require_values(got[i].second.grad(), values(want[i].second.grad()), 1e-4, 1e-6);
   }
+}
+
+TEST_CASE("allreduce_grad_dtype: gradients averaged in bf16 or f16 as one process rounds them, half the bytes") {
+  auto comm = world();
+  const int n = comm->size(), r = comm->rank();
+  trace::FlightRecorder::instance().reset(512);
+  for (DType wire : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(wire));
+    // A small model (its gradients travel with the headers, summed in rank order) and a larger one
+    // (through MPI's reduction, whose order MPI chooses).
+    for (std::int64_t width : {3, 300}) {
+      INFO("width " << width);
+      manual_seed(7);  // equal replicas: the first update averages
+      auto model = std::make_shared<Linear>(width, 2);
+      auto optimizer = create_multi_node_optimizer(std::make_shared<SGD>(1.0), comm, false, wire);
+      optimizer->setup(model);
+      const std::vector<double> W_before = values(model->W().data());
+      const auto loss = [&](Linear& m, int rank) {
+        Variable x(uniform({4, width}, 10 + rank));
+        return F::sum(F::mul(F::tanh(m(x)), Variable(uniform({4, 2}, 20 + rank, 0.5, 2.0))));
+      };
+      optimizer->update([&] { return loss(*model, r); });
+      REQUIRE(optimizer->t() == 1);
+      // One process: each rank's gradient rounded to the wire's dtype, summed in rank order with
+      // each partial sum rounded, divided (in f32, rounded once), then widened back to f32.
+      Tensor sum, exact, magnitude;
+      for (int k = 0; k < n; ++k) {
+        manual_seed(7);
+        Linear replica(width, 2);
+        loss(replica, k).backward();
+        const Tensor g = replica.W().grad();
+        sum = k == 0 ? g.to(wire) : add(sum, g.to(wire));
+        exact = k == 0 ? g.to(DType::f64) : add(exact, g.to(DType::f64));
+        magnitude = k == 0 ? abs(g.to(DType::f64)) : add(magnitude, abs(g.to(DType::f64)));
+      }
+      const Tensor mean = mul(sum.to(DType::f32), 1.0 / n).to(wire).to(DType::f32);
+      const Tensor W_after = model->W().data();
+      REQUIRE(W_after.dtype() == DType::f32);
+      const std::vector<double> got = values(W_after), want_step = values(mean), exact_step = values(exact),
+                                bound = values(magnitude);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const double step = W_before[i] - got[i];
+        if (width == 3 || n == 2) {
+          REQUIRE(static_cast<float>(W_before[i] - want_step[i]) == static_cast<float>(got[i]));
+        } else {  // a rounding of each term, n - 1 of partial sums in MPI's order, one of the mean
+          const double unit = wire == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+          REQUIRE(std::abs(step - exact_step[i] / n) <= (n + 1) * unit * bound[i] / n + 1e-12);
+        }
+      }
+    }
+    // The gradients went as `wire` (2 bytes an element), never as f32.
+    bool wire_seen = false;
+    for (const trace::FlightEntry& e : trace::FlightRecorder::instance().entries()) {
+      if (e.op != "allreduce" || e.dtype == "i64") continue;  // i64: the census
+      REQUIRE(e.dtype == dtype_name(wire));
+      wire_seen = true;
+    }
+    REQUIRE(wire_seen);
+    trace::FlightRecorder::instance().reset(512);
+  }
+  trace::FlightRecorder::instance().reset(0);
+}
+
+TEST_CASE("16-bit collectives: sums in f32 rounded once; a bf16 rank against an f16 rank fails on both") {
+  auto comm = world();
+  const int n = comm->size(), r = comm->rank();
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    // 1 + 2^-9 * r: each term rounds, and so does each partial sum.
+    const Tensor mine = full({5}, 1.0 + std::ldexp(1.0, -9) * r, DType::f32).to(dtype);
+    const Tensor total = comm->allreduce(mine);
+    REQUIRE(total.dtype() == dtype);
+    Tensor want;
+    for (int k = 0; k < n; ++k) {
+      const Tensor term = full({5}, 1.0 + std::ldexp(1.0, -9) * k, DType::f32).to(dtype);
+      want = k == 0 ? term : add(want, term);
+    }
+    require_values(total, values(want));
+  }
+  const Tensor odd = full({4}, 1.0, DType::f32).to(r == 0 ? DType::bf16 : DType::f16);
+  REQUIRE_THROWS_WITH(comm->allreduce(odd), Contains("bf16") && Contains("f16"));
+  REQUIRE_THROWS_WITH(comm->allreduce(full({4}, 1.0, DType::boolean)), Contains("cannot sum"));
 }
