@@ -21,6 +21,12 @@ const char* dtype_name(DType dtype) {
   return "unknown";
 }
 
+DType dtype_by_name(const std::string& name, const char* what) {
+  for (int d = 0; d <= static_cast<int>(kLastDType); ++d)
+    if (name == dtype_name(static_cast<DType>(d))) return static_cast<DType>(d);
+  TANDEM_FAIL(what, ": unknown dtype '", name, "' (f32, f64, bf16, f16, i32, i64 or bool)");
+}
+
 bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64 || is_half(dtype); }
 
 bool is_half(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }

@@ -30,6 +30,9 @@ inline std::size_t dtype_size(DType dtype) {
   fail_unknown_dtype(dtype, "dtype_size");
 }
 const char* dtype_name(DType dtype);
+// The dtype dtype_name calls `name`; any other name is an error that starts with `what` (the
+// flag or field that held it) and lists the names.
+DType dtype_by_name(const std::string& name, const char* what);
 bool is_floating(DType dtype);  // f32, f64, bf16, f16
 bool is_half(DType dtype);      // the 16-bit floating types, bf16 and f16
 inline std::ostream& operator<<(std::ostream& out, DType dtype) { return out << dtype_name(dtype); }

@@ -2,6 +2,10 @@
 // (create_multi_node_optimizer(optimizer, comm, DataParallelOptions), comm/data_parallel/multi_node_optimizer.h).
 #pragma once
 
+#include <optional>
+
+#include "core/dtype.h"
+
 namespace tandem {
 
 struct DataParallelOptions {
@@ -41,6 +45,10 @@ struct DataParallelOptions {
   // as ChainerMN does), or zeros with zero_fill. One that only some ranks gave a gradient is
   // always averaged with zeros from the others.
   bool zero_fill = false;
+  // ChainerMN's allreduce_grad_dtype: the gradients are cast to it, averaged, and cast back (bf16
+  // or f16 halve an f32 model's bytes on the wire). For now with overlap = false, zero = 0 and no
+  // double buffering: one packed allreduce per step after backward.
+  std::optional<DType> allreduce_grad_dtype;
 };
 
 }  // namespace tandem

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "comm/multi_node_data/multi_node_iterator.h"
 #include "comm/multi_node_links/parallel_convolution_2d.h"
@@ -24,6 +25,7 @@
 #include "layers/optimizers/adam.h"
 #include "training/extensions/evaluator.h"
 #include "training/extensions/reporting.h"
+#include "training/mixed_precision.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
                                "'latest': continue from the newest snapshot that every rank completed", defaults);
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
+  examples::add_dtype_flag(flags);
   examples::add_communicator_flag(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_parallel_convolution", {"batchsize", "epoch", "unit"});
@@ -96,9 +99,9 @@ int main(int argc, char** argv) {
     const DatasetPtr train = first_examples(mnist_train, flags.get_int("train-size"));
     const DatasetPtr test = first_examples(mnist_test, flags.get_int("test-size"));
     std::printf("train_parallel_convolution: %d rank(s); %lld train / %lld test examples; # unit: %lld  "
-                "# minibatch: %lld  # epoch: %lld\n",
+                "# minibatch: %lld  # epoch: %lld  # dtype: %s\n",
                 comm->size(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), width,
-                batchsize, epochs);
+                batchsize, epochs, flags.get_string("dtype").c_str());
     train_actual = std::make_shared<SerialIterator>(train, batchsize, true, true, seed);
     test_actual = std::make_shared<SerialIterator>(test, batchsize, false, false);
   }
@@ -116,6 +119,11 @@ int main(int argc, char** argv) {
   comm->set_device(device);
   model->to(device);
   optimizer->setup(model);
+  // Every rank skips a step whose gradients overflowed on any rank (mixed_f16): each holds a share.
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  apply_precision(*optimizer, precision, [comm](double count) {
+    return comm->size() == 1 ? count : comm->allreduce(full({}, count, DType::f64)).item();
+  });
   auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer);
   Trainer trainer(updater, Trigger::epochs(epochs), examples::rank_out(flags, rank), model);
   auto evaluator = std::make_shared<Evaluator>(test_iter, model);
@@ -126,7 +134,10 @@ int main(int argc, char** argv) {
   examples::resume(trainer, *comm, flags, "train_parallel_convolution");
   const std::int64_t first_epoch = trainer.updater().epoch();
   const auto start = std::chrono::steady_clock::now();
-  trainer.run();
+  {
+    const AutocastScope autocast(precision.autocast);
+    trainer.run();
+  }
   const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
   const Observation final_metrics = evaluator->evaluate();  // every rank takes part
   if (rank == 0) {

@@ -52,6 +52,7 @@
 #include "training/extensions/plot_report.h"
 #include "training/extensions/reporting.h"
 #include "training/mixed_precision.h"
+#include "training/precision_report.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -126,6 +127,9 @@ int main(int argc, char** argv) {
   flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
   examples::add_dtype_flag(flags);
+  flags.add_int("precision-report", 0,
+                "before training, print the N tensors of the first batch's step that differ most between f32 and "
+                "--dtype's 16 bits, and the first beyond tolerance (training/precision_report.h; 0: none)");
   const int status = examples::parse_command_line(
       flags, argc, argv, kProgram,
       {"context", "dim", "heads", "layers", "batchsize", "iterations", "tp", "pp", "microbatches", "stages-per-rank",
@@ -252,6 +256,15 @@ int main(int argc, char** argv) {
   }
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::iterations(flags.get_int("snapshot-interval")));
   examples::resume(trainer, *world, flags, kProgram);
+  if (flags.get_int("precision-report") > 0) {
+    TANDEM_CHECK(precision.autocast, kProgram, ": --precision-report compares --dtype mixed_bf16 or mixed_f16 with f32");
+    // The first batch, as the trainer will take it (every rank the same batch; each its part).
+    const LossFunction step_loss = examples::replica_loss(pipe, layout);
+    SerialIterator first(train, batchsize, false, false);
+    const Example batch = first.next();
+    const PrecisionReport report = precision_report(*pipe, [&] { step_loss(batch); }, *precision.autocast);
+    if (rank == 0) std::printf("%s", report.text(static_cast<std::size_t>(flags.get_int("precision-report"))).c_str());
+  }
   // Training, evaluation and sampling in the chosen precision.
   const AutocastScope autocast(precision.autocast);
   trainer.run();

@@ -16,6 +16,7 @@
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_data_parallel --zero 3 --accumulate 2
 #include <cstdio>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "comm/multi_node_data/data.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
@@ -30,6 +31,7 @@
 #include "layers/optimizers/adam.h"
 #include "training/extensions/evaluator.h"
 #include "training/extensions/reporting.h"
+#include "training/mixed_precision.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -48,6 +50,10 @@ int main(int argc, char** argv) {
   flags.add_double("bucket-mb", 4, "gradients travel in buckets of this many MiB (0: one per dtype)");
   flags.add_int("overlap", 1, "1: a bucket's average starts while backward runs; 0: after backward");
   flags.add_int("double-buffering", 0, "1: ChainerMN's double buffering (gradients applied one step late)");
+  flags.add_string("allreduce-grad-dtype", "",
+                   "bf16 or f16: gradients averaged in 16 bits, half the bytes (ChainerMN's allreduce_grad_dtype; "
+                   "needs --overlap 0); empty: the parameters' dtype");
+  examples::add_dtype_flag(flags);
   flags.add_int("global-batches", 0,
                 "1: every rank iterates the same global batches of --batchsize x ranks examples and trains on its "
                 "rows of each (the run then computes the same steps on any number of ranks; with "
@@ -87,7 +93,12 @@ int main(int argc, char** argv) {
   parallel.bucket_mb = flags.get_double("bucket-mb");
   parallel.overlap = flags.get_int("overlap") != 0;
   parallel.double_buffering = flags.get_int("double-buffering") != 0;
+  const std::string grad_dtype = flags.get_string("allreduce-grad-dtype");
+  if (!grad_dtype.empty()) parallel.allreduce_grad_dtype = dtype_by_name(grad_dtype, "--allreduce-grad-dtype");
   auto optimizer = create_multi_node_optimizer(std::make_shared<Adam>(), comm, parallel);
+  // Data parallel: every rank holds the same averaged gradients and takes the same decision.
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  apply_precision(*optimizer, precision);
   // --gpu: each rank's part of the model on its GPU; received tensors land there too.
   const Device device = examples::training_device(flags, "train_mnist_data_parallel", comm->intra_rank());
   comm->set_device(device);
@@ -116,7 +127,10 @@ int main(int argc, char** argv) {
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
   examples::resume(trainer, *comm, flags, "train_mnist_data_parallel");
-  trainer.run();
+  {
+    const AutocastScope autocast(precision.autocast);
+    trainer.run();
+  }
   examples::print_final_metrics(evaluator->evaluate(), rank);
   return 0;
 }
