@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 #include "autograd/functions.h"
 #include "comm/data_parallel/data_parallel_optimizer.h"
@@ -36,14 +37,14 @@ constexpr std::int64_t kBatch = 6;  // rows per rank per step
 // An MLP with a branch chosen by the data: h = tanh(l1(x)); a and/or b on h; then l3.
 class Net : public Chain {
  public:
-  Net() {
+  explicit Net(DType dtype = DType::f64) {
     manual_seed(7);  // the same weights on every rank and in the reference
-    LinearOptions f64;
-    f64.dtype = DType::f64;
-    l1 = add_link("l1", std::make_shared<Linear>(4, 16, f64));
-    a = add_link("a", std::make_shared<Linear>(16, 16, f64));
-    b = add_link("b", std::make_shared<Linear>(16, 16, f64));
-    l3 = add_link("l3", std::make_shared<Linear>(16, 3, f64));
+    LinearOptions options;
+    options.dtype = dtype;
+    l1 = add_link("l1", std::make_shared<Linear>(4, 16, options));
+    a = add_link("a", std::make_shared<Linear>(16, 16, options));
+    b = add_link("b", std::make_shared<Linear>(16, 16, options));
+    l3 = add_link("l3", std::make_shared<Linear>(16, 3, options));
   }
   // use_a / use_b: which branches run; repeat: how many times b runs (a link run several times).
   Variable loss(const Tensor& x, const Tensor& t, bool use_a, bool use_b, int repeat = 1) {
@@ -145,7 +146,60 @@ DataParallelOptions make(bool overlap, double bucket_mb, int zero, bool prefetch
   return o;
 }
 
+// bf16 parameters, 3 Adam steps (f32 master weights and state): with `options`, or through the
+// packed allreduce after backward (create_multi_node_optimizer without options).
+std::vector<std::vector<double>> bf16_run(const DataParallelOptions* options) {
+  auto comm = world();
+  auto model = std::make_shared<Net>(DType::bf16);
+  auto adam = options ? create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, *options)
+                      : create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm);
+  adam->setup(model);
+  for (int step = 0; step < 3; ++step) {
+    model->cleargrads();
+    const Tensor x = batch_x(step, comm->rank()).to(DType::bf16), t = batch_t(step, comm->rank()).to(DType::bf16);
+    model->loss(x, t, true, false).backward();
+    adam->update();
+  }
+  // Every rank's state is f32 beside its (slices of the) bf16 parameters, the master included.
+  bool master = false;
+  for (const auto& [key, tensor] : adam->state_dict()) {
+    if (key == "t" || key == "epoch") continue;
+    REQUIRE(tensor.dtype() == DType::f32);
+    master = master || key.find("/master") != std::string::npos;
+  }
+  REQUIRE(master);
+  const auto whole = gather_parameters(*adam);
+  std::vector<std::vector<double>> out;
+  for (const auto& [name, p] : model->namedparams()) {
+    REQUIRE(p.dtype() == DType::bf16);
+    out.push_back(values(p.data()));
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("data-parallel with bf16 parameters: buckets, overlap and ZeRO 1-3 as the packed allreduce") {
+  const int n = world()->size();
+  const auto want = bf16_run(nullptr);
+  for (int zero : {0, 1, 2, 3}) {
+    for (bool overlap : {false, true}) {
+      INFO("zero " << zero << " overlap " << overlap);
+      const DataParallelOptions options = make(overlap, zero == 3 ? 0.0 : 0.0005, zero);
+      const auto got = bf16_run(&options);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        for (std::size_t j = 0; j < got[i].size(); ++j) {
+          INFO("parameter " << i << " element " << j);
+          // Two ranks: every sum is of two terms, in any order the same bits. Three: the order
+          // of the 16-bit partial sums may differ, and the parameters by a unit of bf16's last place.
+          if (n == 2) REQUIRE(got[i][j] == want[i][j]);
+          else REQUIRE(got[i][j] == Approx(want[i][j]).epsilon(std::ldexp(1.0, -7)).margin(1e-3));
+        }
+      }
+    }
+  }
+}
 
 TEST_CASE("data-parallel modes equal one process after 3 Adam steps (f64)") {
   const int n = world()->size();
