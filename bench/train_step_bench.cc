@@ -12,7 +12,8 @@
 // models apply F::relu to their layers' outputs as the anchors do (tandem takes each ReLU into the
 // layer before it, in place: autograd/functions/fused_activation.h); BENCH_FUSED=1 builds them
 // with the layers' activation option instead (a post-op inside oneDNN's convolutions), ids
-// mlp.*.fused.t<n> and conv.*.fused.t<n>.
+// mlp.*.fused.t<n> and conv.*.fused.t<n>. BENCH_DTYPE=mixed_bf16 runs them under autocast
+// (ids + .mixed_bf16).
 //
 //   OMP_WAIT_POLICY=PASSIVE bazel run //bench:train_step_bench
 //   BENCH_ONLY=mlp BENCH_THREADS=1 bazel run //bench:train_step_bench
@@ -35,6 +36,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "bench/bench_util.h"
 #include "core/ops.h"
@@ -59,7 +61,18 @@ bool fused_layers() {
   const char* fused = std::getenv("BENCH_FUSED");
   return fused != nullptr && std::strcmp(fused, "1") == 0;
 }
-const char* fused_suffix() { return fused_layers() ? ".fused" : ""; }
+// BENCH_DTYPE=mixed_bf16: every step under AutocastScope(bf16) (f32 parameters, products in bf16:
+// docs/mixed-precision.md); the ids gain .mixed_bf16 after the layer suffix.
+bool mixed_bf16() {
+  const char* dtype = std::getenv("BENCH_DTYPE");
+  if (dtype == nullptr || *dtype == 0 || std::strcmp(dtype, "f32") == 0) return false;
+  TANDEM_CHECK(std::strcmp(dtype, "mixed_bf16") == 0, "BENCH_DTYPE: f32 or mixed_bf16, got '", dtype, "'");
+  return true;
+}
+const char* fused_suffix() {
+  static const std::string suffix = std::string(fused_layers() ? ".fused" : "") + (mixed_bf16() ? ".mixed_bf16" : "");
+  return suffix.c_str();
+}
 
 class MLP : public Chain {
  public:
@@ -284,7 +297,7 @@ class Seq2Seq : public Chain {
 };
 
 void report_tokens(const std::string& id, const bench::Target& t, const bench::Stats& s, double tokens, double loss) {
-  bench::print_stats(t.id(id), t.tags() + " batch=64 seqlen=25 hidden=256 layers=2 vocab=1000", s);
+  bench::print_stats(t.id(id + (mixed_bf16() ? ".mixed_bf16" : "")), t.tags() + " batch=64 seqlen=25 hidden=256 layers=2 vocab=1000", s);
   std::printf(" tokens=%.0f tokens_per_s=%.0f loss=%.3f\n", tokens, tokens / (s.median_ms * 1e-3), loss);
   std::fflush(stdout);
 }
@@ -397,6 +410,7 @@ int main() {
         baseline_step();
         break;
       }
+      const AutocastScope autocast(mixed_bf16() ? std::optional<DType>(DType::bf16) : std::nullopt);
       if (selected("mlp")) mlp_benchmarks(t);
       if (selected("conv")) {
         conv_benchmarks(t, kTandemMode);

@@ -18,8 +18,6 @@ namespace tandem {
 
 namespace {
 
-// Updates are numbered modulo this in the census (exact in f32).
-constexpr std::int64_t kStepModulus = std::int64_t(1) << 20;
 constexpr const char* kOperation = "data-parallel gradients";
 constexpr const char* kGatherOperation = "zero = 3 parameter gather";
 // zero >= 2: buckets whose collectives may travel at once (see launch).
@@ -370,7 +368,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       tail[j] = 1;
       if (check && tail[k + ranks + me] == 0 && !first_nonfinite(grad).empty()) tail[k + ranks + me] = double(j + 1);
     }
-    tail[k + me] = ran_backward_ ? double(1 + step_ % kStepModulus) : 0.0;
+    tail[k + me] = ran_backward_ ? double(1 + step_ % census_step_modulus(bucket.dtype)) : 0.0;
     const Tensor tail_tensor = from_vector(tail).to(bucket.dtype).to(device);
     const auto zero = [&](std::int64_t from, std::int64_t to) {
       if (to > from) flat.slice_rows(from, to).copy_(zeros({to - from}, bucket.dtype, device));
@@ -689,7 +687,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       for (int q = 0; q < ranks; ++q)
         list += detail::concat(q ? ", " : "", "rank ", q, " at #", static_cast<std::int64_t>(slots[q]) - 1);
       TANDEM_FAIL("create_multi_node_optimizer: the ranks are at different data-parallel updates (", list,
-                  ", counted modulo ", kStepModulus, "): a rank skipped a step or ran an extra one; no gradient "
+                  ", counted modulo ", census_step_modulus(buckets.front().dtype), "): a rank skipped a step or ran an extra one; no gradient "
                   "was averaged");
     }
     std::string nonfinite;

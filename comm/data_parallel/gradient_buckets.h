@@ -5,9 +5,13 @@
 // per rank when sharded, else one), each `stripe_data` gradient elements (the bucket's
 // parameters back to back, split evenly; the last stripe padded with zeros) followed by a tail
 // that every rank fills the same way and the sum makes a census:
-//   [presence of each parameter here (1/0)] [per rank: 1 + step mod 2^20 if it ran backward]
-//   [per rank: 1 + index in the bucket of its first NaN/Inf gradient under check_finite]
-// Every stripe carries the tail, so that a reduce-scatter gives each rank the whole census.
+//   [presence of each parameter here (1/0)] [per rank: 1 + step mod census_step_modulus if it
+//   ran backward] [per rank: 1 + index in the bucket of its first NaN/Inf gradient under
+//   check_finite]
+// Every stripe carries the tail, so that a reduce-scatter gives each rank the whole census. Its
+// numbers must be exact in the bucket's dtype: bf16 holds the integers up to 256 only, f16 up to
+// 2048, so a 16-bit bucket holds fewer parameters than that, its step counts modulo 255 (2047),
+// and a 16-bit gradient needs fewer ranks than that.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +35,13 @@ struct GradientBucket {
   std::int64_t stripe_size() const { return stripe_data + tail; }
   std::int64_t flat_size() const { return stripes * stripe_size(); }
 };
+
+// Every integer in [0, exact_integers(dtype)] is exact in the floating dtype (2^8 for bf16, 2^11
+// for f16, 2^24 for f32, 2^53 for f64).
+std::int64_t exact_integers(DType dtype);
+// The census counts steps modulo this for a bucket of `dtype`: 2^20, or less where the dtype
+// cannot hold it.
+std::int64_t census_step_modulus(DType dtype);
 
 // A piece of a parameter inside one stripe of a bucket: elements [begin, end) of the
 // parameter, at `at` in the stripe's gradient elements.

@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "autograd/functions.h"
 #include "comm/data_parallel/data_parallel_optimizer.h"
+#include "comm/data_parallel/gradient_buckets.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
@@ -199,6 +201,20 @@ TEST_CASE("data-parallel with bf16 parameters: buckets, overlap and ZeRO 1-3 as 
       }
     }
   }
+}
+
+TEST_CASE("gradient buckets: a 16-bit bucket's census stays exact (its counts, indices and steps)") {
+  // bf16 holds the integers up to 256 only: a bucket of 300 parameters would name the 300th's
+  // NaN as the 300th or 298th, and steps 300 and 301 would both read as 300.
+  NamedParams params;
+  for (int i = 0; i < 300; ++i) params.emplace_back("p" + std::to_string(i), Variable(zeros({1}, DType::bf16), true));
+  const GradientPlan plan(params, 0, false, 2);
+  REQUIRE(plan.buckets().size() == 2);
+  for (const GradientBucket& bucket : plan.buckets()) REQUIRE(bucket.params.size() < 256);
+  REQUIRE(census_step_modulus(DType::bf16) == 255);
+  REQUIRE(census_step_modulus(DType::f16) == 2047);
+  REQUIRE(census_step_modulus(DType::f32) == (1 << 20));
+  REQUIRE_THROWS_WITH(GradientPlan(params, 0, false, 300), Contains("counts exactly up to 256 ranks"));
 }
 
 TEST_CASE("data-parallel modes equal one process after 3 Adam steps (f64)") {
