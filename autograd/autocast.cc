@@ -72,8 +72,8 @@ AutocastPolicy autocast_policy(const std::string& function) {
 
 void set_autocast_policy(const std::string& function, AutocastPolicy policy) {
   TANDEM_CHECK(!function.empty() && function.find('+') == std::string::npos,
-               "set_autocast_policy: name a function without its suffix ('linear', not 'linear+relu'), got '",
-               function, "'");
+               "set_autocast_policy: name a function without its suffix ('linear', not 'linear+relu'), got '", function,
+               "'");
   PolicyTable& table = policy_table();
   const std::lock_guard<std::mutex> lock(table.mutex);
   table.entries[function] = policy;

@@ -5,8 +5,8 @@
 #include "autograd/autocast.h"
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
-#include "autograd/tensor_observer.h"
 #include "autograd/grad_mode.h"
+#include "autograd/tensor_observer.h"
 #include "core/deterministic.h"
 #include "core/timeline.h"
 

@@ -297,7 +297,8 @@ class Seq2Seq : public Chain {
 };
 
 void report_tokens(const std::string& id, const bench::Target& t, const bench::Stats& s, double tokens, double loss) {
-  bench::print_stats(t.id(id + (mixed_bf16() ? ".mixed_bf16" : "")), t.tags() + " batch=64 seqlen=25 hidden=256 layers=2 vocab=1000", s);
+  bench::print_stats(t.id(id + (mixed_bf16() ? ".mixed_bf16" : "")),
+                     t.tags() + " batch=64 seqlen=25 hidden=256 layers=2 vocab=1000", s);
   std::printf(" tokens=%.0f tokens_per_s=%.0f loss=%.3f\n", tokens, tokens / (s.median_ms * 1e-3), loss);
   std::fflush(stdout);
 }

@@ -157,8 +157,8 @@ PrecisionReport precision_report(Link& model, const std::function<void()>& step,
   const std::vector<Recorded> wide = run(model, step, std::nullopt);
   global_generator() = start;
   const std::vector<Recorded> low = run(model, step, dtype);
-  TANDEM_CHECK(wide.size() == low.size(), "precision_report: the f32 run recorded ", wide.size(),
-               " tensors and the ", dtype_name(dtype), " run ", low.size());
+  TANDEM_CHECK(wide.size() == low.size(), "precision_report: the f32 run recorded ", wide.size(), " tensors and the ",
+               dtype_name(dtype), " run ", low.size());
   std::map<std::string, std::int64_t> index;
   for (std::size_t i = 0; i < wide.size(); ++i) {
     PrecisionDifference row = compare(wide[i], low[i], index[wide[i].phase], dtype);

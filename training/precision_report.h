@@ -25,11 +25,11 @@
 namespace tandem {
 
 struct PrecisionDifference {
-  std::string phase;        // "forward", "backward" or "grad" (a parameter's gradient)
-  std::int64_t index = 0;   // position in its phase
-  std::string what;         // "linear output 0 (predictor/l1/W, predictor/l1/b)"
+  std::string phase;       // "forward", "backward" or "grad" (a parameter's gradient)
+  std::int64_t index = 0;  // position in its phase
+  std::string what;        // "linear output 0 (predictor/l1/W, predictor/l1/b)"
   Shape shape;
-  DType dtype = DType::f32;  // the reduced-precision run's
+  DType dtype = DType::f32;   // the reduced-precision run's
   double relative_error = 0;  // ||low - f32|| / ||f32|| (the absolute error when ||f32|| is 0)
   double max_abs_error = 0;
 };
@@ -48,7 +48,6 @@ struct PrecisionReport {
 
 // step runs one forward and backward (loss.backward(), or a pipeline's step). tolerance 0: eight
 // units in the last place of the format (2^-5 for bf16, 2^-8 for f16).
-PrecisionReport precision_report(Link& model, const std::function<void()>& step, DType dtype,
-                                 double tolerance = 0);
+PrecisionReport precision_report(Link& model, const std::function<void()>& step, DType dtype, double tolerance = 0);
 
 }  // namespace tandem

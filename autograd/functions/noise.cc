@@ -21,7 +21,8 @@ class Dropout : public FunctionNode {
     const DType compute = is_half(x.dtype()) ? DType::f32 : x.dtype();
     const Tensor keep = greater_equal(philox_uniform(x.shape(), generator_, 0, 1, compute, x.device()), ratio_);
     // The mask already carries the 1 / (1 - ratio) scale, so forward and backward are one multiply.
-    const Tensor mask = where(keep, full({}, 1.0 / (1.0 - ratio_), compute, x.device()), zeros({}, compute, x.device()));
+    const Tensor mask =
+        where(keep, full({}, 1.0 / (1.0 - ratio_), compute, x.device()), zeros({}, compute, x.device()));
     save_for_backward({mask});
     return {ops_detail::narrow(mul(ops_detail::widen(x), mask), x.dtype())};
   }

@@ -687,7 +687,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       for (int q = 0; q < ranks; ++q)
         list += detail::concat(q ? ", " : "", "rank ", q, " at #", static_cast<std::int64_t>(slots[q]) - 1);
       TANDEM_FAIL("create_multi_node_optimizer: the ranks are at different data-parallel updates (", list,
-                  ", counted modulo ", census_step_modulus(buckets.front().dtype), "): a rank skipped a step or ran an extra one; no gradient "
+                  ", counted modulo ", census_step_modulus(buckets.front().dtype),
+                  "): a rank skipped a step or ran an extra one; no gradient "
                   "was averaged");
     }
     std::string nonfinite;

@@ -15,15 +15,15 @@ std::string owner(const std::string& path) {
 }  // namespace
 
 std::int64_t exact_integers(DType dtype) {
-  switch (dtype) {
-    case DType::bf16: return std::int64_t(1) << 8;
-    case DType::f16: return std::int64_t(1) << 11;
-    case DType::f32: return std::int64_t(1) << 24;
-    default: return std::int64_t(1) << 53;
-  }
+  if (dtype == DType::bf16) return std::int64_t(1) << 8;
+  if (dtype == DType::f16) return std::int64_t(1) << 11;
+  if (dtype == DType::f32) return std::int64_t(1) << 24;
+  return std::int64_t(1) << 53;
 }
 
-std::int64_t census_step_modulus(DType dtype) { return std::min<std::int64_t>(std::int64_t(1) << 20, exact_integers(dtype) - 1); }
+std::int64_t census_step_modulus(DType dtype) {
+  return std::min<std::int64_t>(std::int64_t(1) << 20, exact_integers(dtype) - 1);
+}
 
 GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks, bool by_link)
     : params_(std::move(params)), bucket_of_(params_.size()), ranks_(ranks) {
@@ -34,10 +34,10 @@ GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, i
     // A census index (1 + a parameter's place) stays exact in the bucket's dtype.
     bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
                 static_cast<std::int64_t>(buckets_.back().params.size()) + 1 < exact_integers(p.dtype());
-    TANDEM_CHECK(!is_floating(p.dtype()) || ranks < exact_integers(p.dtype()), "create_multi_node_optimizer: ",
-                 dtype_name(p.dtype()), " gradients ('", params_[i].first, "') are averaged with a census that ",
-                 dtype_name(p.dtype()), " counts exactly up to ", exact_integers(p.dtype()), " ranks; this run has ",
-                 ranks);
+    TANDEM_CHECK(!is_floating(p.dtype()) || ranks < exact_integers(p.dtype()),
+                 "create_multi_node_optimizer: ", dtype_name(p.dtype()), " gradients ('", params_[i].first,
+                 "') are averaged with a census that ", dtype_name(p.dtype()), " counts exactly up to ",
+                 exact_integers(p.dtype()), " ranks; this run has ", ranks);
     if (fits && by_link) {
       fits = owner(params_[buckets_.back().params.back()].first) == owner(params_[i].first);
     } else if (fits) {

@@ -155,7 +155,8 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
                "create_multi_node_optimizer: allreduce_grad_dtype must be floating (bf16, f16, f32, f64), got ",
                dtype_name(*allreduce_grad_dtype));
   TANDEM_CHECK(!allreduce_grad_dtype || !deterministic(), "create_multi_node_optimizer: allreduce_grad_dtype (",
-               dtype_name(*allreduce_grad_dtype), ") does not run in deterministic mode (TANDEM_DETERMINISTIC=1), "
+               dtype_name(*allreduce_grad_dtype),
+               ") does not run in deterministic mode (TANDEM_DETERMINISTIC=1), "
                "whose sums are exact");
   optimizer->set_gradient_sync(
       std::make_shared<MultiNodeGradientSync>(std::move(comm), zero_fill, allreduce_grad_dtype));

@@ -67,8 +67,8 @@
 #include "comm/pipeline/schedule.h"
 #include "comm/pipeline/simulator.h"
 #include "comm/transport/communicator.h"
-#include "layers/optimizers/loss_scaler.h"
 #include "layers/link.h"
+#include "layers/optimizers/loss_scaler.h"
 
 namespace tandem {
 namespace pipeline {

@@ -217,8 +217,8 @@ Tensor MpiCommunicator::allreduce_checked(const Tensor& x, AllreduceOp op, std::
       const int count = static_cast<int>(std::min(chunk, static_cast<std::size_t>(x.numel()) - offset));
       requests.emplace_back();
       check_mpi(MPI_Iallreduce(static_cast<const char*>(send.raw_data()) + offset * element,
-                               static_cast<char*>(y.raw_data()) + offset * element, count, type, mpi_sum(x.dtype()), comm_,
-                               &requests.back()),
+                               static_cast<char*>(y.raw_data()) + offset * element, count, type, mpi_sum(x.dtype()),
+                               comm_, &requests.back()),
                 "MPI_Iallreduce");
     }
     finish_collective(requests, operation, {send.storage(), y.storage()});
@@ -266,8 +266,9 @@ Tensor MpiCommunicator::reduce_scatter(const std::vector<Tensor>& xs, CallSite s
   const Packed send = pack(on_host(xs), xs[0].dtype());
   Tensor y(xs[rank_].shape(), xs[rank_].dtype());
   std::vector<MPI_Request> requests(1);
-  check_mpi(MPI_Ireduce_scatter(send.data, y.raw_data(), counts.data(), type, mpi_sum(xs[0].dtype()), comm_, &requests[0]),
-            "MPI_Ireduce_scatter");
+  check_mpi(
+      MPI_Ireduce_scatter(send.data, y.raw_data(), counts.data(), type, mpi_sum(xs[0].dtype()), comm_, &requests[0]),
+      "MPI_Ireduce_scatter");
   finish_collective(requests, "reduce_scatter", {send.owner, y.storage()});
   return y.to(device);
 }

@@ -200,7 +200,8 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_scatter_sum(con
   MPI_Comm comm = comm_;
   auto post = [send, y, count, type, comm](std::vector<MPI_Request>& requests) mutable {
     requests.emplace_back();
-    check_mpi(MPI_Ireduce_scatter_block(send.raw_data(), y.raw_data(), count, type, mpi_sum(y.dtype()), comm, &requests.back()),
+    check_mpi(MPI_Ireduce_scatter_block(send.raw_data(), y.raw_data(), count, type, mpi_sum(y.dtype()), comm,
+                                        &requests.back()),
               "MPI_Ireduce_scatter_block");
   };
   return start_collective(mine, true, operation, post, KeepAlive{send.storage(), y.storage()}, y, x.device());

@@ -98,10 +98,11 @@ int main(int argc, char** argv) {
     auto [mnist_train, mnist_test] = examples::get_mnist(flags, /*ndim=*/3);
     const DatasetPtr train = first_examples(mnist_train, flags.get_int("train-size"));
     const DatasetPtr test = first_examples(mnist_test, flags.get_int("test-size"));
-    std::printf("train_parallel_convolution: %d rank(s); %lld train / %lld test examples; # unit: %lld  "
-                "# minibatch: %lld  # epoch: %lld  # dtype: %s\n",
-                comm->size(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), width,
-                batchsize, epochs, flags.get_string("dtype").c_str());
+    std::printf(
+        "train_parallel_convolution: %d rank(s); %lld train / %lld test examples; # unit: %lld  "
+        "# minibatch: %lld  # epoch: %lld  # dtype: %s\n",
+        comm->size(), static_cast<long long>(train->size()), static_cast<long long>(test->size()), width, batchsize,
+        epochs, flags.get_string("dtype").c_str());
     train_actual = std::make_shared<SerialIterator>(train, batchsize, true, true, seed);
     test_actual = std::make_shared<SerialIterator>(test, batchsize, false, false);
   }

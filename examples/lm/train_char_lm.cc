@@ -35,12 +35,12 @@
 #include <vector>
 
 #include "autograd/autocast.h"
-#include "comm/moe/mixture_of_experts.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
+#include "comm/moe/mixture_of_experts.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/schedule.h"
-#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "data/text_corpus.h"
 #include "examples/common/flags.h"
@@ -225,12 +225,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(corpus.validation.size()), static_cast<long long>(corpus.train_documents),
                 static_cast<long long>(corpus.validation_documents), static_cast<long long>(config.vocabulary),
                 unigram);
-    std::printf("model: %lld blocks x %lld wide, %lld heads, context %lld; rank 0 holds %lld parameters; ranks %d = "
-                "tp %lld x pp %lld x dp %lld; %s; batch %lld, %lld iterations, Adam lr %g, dtype %s\n",
-                static_cast<long long>(config.layers), static_cast<long long>(config.dim),
-                static_cast<long long>(config.heads), static_cast<long long>(config.context), parameters, world->size(),
-                tp, pp, dp, schedule.describe().c_str(), batchsize, iterations, flags.get_double("lr"),
-                precision.name.c_str());
+    std::printf(
+        "model: %lld blocks x %lld wide, %lld heads, context %lld; rank 0 holds %lld parameters; ranks %d = "
+        "tp %lld x pp %lld x dp %lld; %s; batch %lld, %lld iterations, Adam lr %g, dtype %s\n",
+        static_cast<long long>(config.layers), static_cast<long long>(config.dim), static_cast<long long>(config.heads),
+        static_cast<long long>(config.context), parameters, world->size(), tp, pp, dp, schedule.describe().c_str(),
+        batchsize, iterations, flags.get_double("lr"), precision.name.c_str());
     if (config.experts > 0) {
       char mode[64] = "dropless";
       if (config.capacity_factor > 0) std::snprintf(mode, sizeof mode, "capacity factor %g", config.capacity_factor);
@@ -257,12 +257,14 @@ int main(int argc, char** argv) {
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::iterations(flags.get_int("snapshot-interval")));
   examples::resume(trainer, *world, flags, kProgram);
   if (flags.get_int("precision-report") > 0) {
-    TANDEM_CHECK(precision.autocast, kProgram, ": --precision-report compares --dtype mixed_bf16 or mixed_f16 with f32");
+    TANDEM_CHECK(precision.autocast, kProgram,
+                 ": --precision-report compares --dtype mixed_bf16 or mixed_f16 with f32");
     // The first batch, as the trainer will take it (every rank the same batch; each its part).
     const LossFunction step_loss = examples::replica_loss(pipe, layout);
     SerialIterator first(train, batchsize, false, false);
     const Example batch = first.next();
-    const PrecisionReport report = precision_report(*pipe, [&] { step_loss(batch); }, *precision.autocast);
+    const PrecisionReport report = precision_report(
+        *pipe, [&] { step_loss(batch); }, *precision.autocast);
     if (rank == 0) std::printf("%s", report.text(static_cast<std::size_t>(flags.get_int("precision-report"))).c_str());
   }
   // Training, evaluation and sampling in the chosen precision.

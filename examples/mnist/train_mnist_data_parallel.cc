@@ -18,8 +18,8 @@
 
 #include "autograd/autocast.h"
 #include "autograd/functions.h"
-#include "comm/multi_node_data/data.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
+#include "comm/multi_node_data/data.h"
 #include "comm/multi_node_training/multi_node_evaluator.h"
 #include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"

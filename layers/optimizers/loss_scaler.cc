@@ -8,8 +8,7 @@
 namespace tandem {
 
 LossScaler::LossScaler(LossScalerOptions options) : options_(std::move(options)), scale_(options_.init_scale) {
-  TANDEM_CHECK(std::isfinite(scale_) && scale_ > 0, "LossScaler: init_scale must be positive and finite, got ",
-               scale_);
+  TANDEM_CHECK(std::isfinite(scale_) && scale_ > 0, "LossScaler: init_scale must be positive and finite, got ", scale_);
   TANDEM_CHECK(options_.growth_factor > 1, "LossScaler: growth_factor must exceed 1, got ", options_.growth_factor);
   TANDEM_CHECK(options_.backoff_factor > 0 && options_.backoff_factor < 1,
                "LossScaler: backoff_factor must be in (0, 1), got ", options_.backoff_factor);

@@ -66,8 +66,8 @@ void Optimizer::update() {
     // A 16-bit parameter's gradient may be f32 (unscaled by a loss scaler, or kept in f32).
     const bool wide_grad = is_half(param.dtype()) && param.grad().dtype() == DType::f32;
     TANDEM_CHECK(param.grad().shape() == param.shape() && (param.grad().dtype() == param.dtype() || wide_grad),
-                 type_name(), ": gradient ", param.grad().description(), " of parameter '", name,
-                 "' does not match ", param.description());
+                 type_name(), ": gradient ", param.grad().description(), " of parameter '", name, "' does not match ",
+                 param.description());
     auto [it, created] = states_.try_emplace(name);
     if (is_half(param.dtype())) {
       update_with_master(param, it->second, created);

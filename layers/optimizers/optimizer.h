@@ -115,8 +115,9 @@ class Optimizer {
 
  private:
   // A bf16 or f16 parameter: the rule updates an f32 master copy (state "master", f32 state beside
-  // it) with the gradient widened (or f32 already: a loss scaler unscales into f32), and the parameter becomes the master rounded once, so updates
-  // smaller than the parameter's last place add up instead of vanishing.
+  // it) with the gradient widened (or f32 already: a loss scaler unscales into f32), and the
+  // parameter becomes the master rounded once, so updates smaller than the parameter's last place
+  // add up instead of vanishing.
   void update_with_master(Variable& param, State& state, bool created);
   // load_state_dict's entry for a parameter of the model that update_params names only in slices.
   bool load_whole_into_slices(const std::string& param_name, const std::string& state_key, const Tensor& whole,

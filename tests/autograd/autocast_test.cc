@@ -76,8 +76,7 @@ TEST_CASE("autocast lowers linear to 16 bits with f32 parameters, bit for bit as
   }
 }
 
-TEST_CASE("autocast: the f32 list widens 16-bit inputs, promote takes the widest, f64 is never lowered",
-          "[autocast]") {
+TEST_CASE("autocast: the f32 list widens 16-bit inputs, promote takes the widest, f64 is never lowered", "[autocast]") {
   const AutocastScope scope(DType::bf16);
   const Variable logits(uniform({4, 5}, 20, DType::bf16));
   const Variable labels(from_vector<std::int32_t>({0, 4, 2, 1}));

@@ -46,8 +46,8 @@ TEST_CASE("precision report: rows for every output and gradient, the first beyon
   int grads = 0;
   for (const PrecisionDifference& row : report.rows) {
     grads += row.phase == "grad";
-    REQUIRE(row.relative_error > 0);          // bf16 rounds
-    REQUIRE(row.relative_error < 0.05);       // and stays close
+    REQUIRE(row.relative_error > 0);     // bf16 rounds
+    REQUIRE(row.relative_error < 0.05);  // and stays close
   }
   REQUIRE(grads == 4);
   REQUIRE(report.first_beyond() == nullptr);
@@ -68,10 +68,12 @@ TEST_CASE("precision report: an f16 overflow is named where it happens", "[preci
   for (auto& [name, param] : model.namedparams())
     if (name == "l1/W") param.set_data(full(param.shape(), 0.5));
   const Variable t(from_vector<std::int32_t>({0, 1}));
-  const PrecisionReport report =
-      precision_report(model, [&] { F::softmax_cross_entropy(model(Variable(x)), t).backward(); }, DType::f16);
+  const PrecisionReport report = precision_report(
+      model, [&] { F::softmax_cross_entropy(model(Variable(x)), t).backward(); }, DType::f16);
   REQUIRE(report.first_beyond() != nullptr);
   REQUIRE(report.first_beyond()->what == "linear output 0 (l1/W, l1/b)");
   REQUIRE(std::isinf(report.first_beyond()->relative_error));
-  REQUIRE_THROWS_WITH(precision_report(model, [] {}, DType::f32), Catch::Contains("bf16 or f16"));
+  REQUIRE_THROWS_WITH(precision_report(
+                          model, [] {}, DType::f32),
+                      Catch::Contains("bf16 or f16"));
 }
