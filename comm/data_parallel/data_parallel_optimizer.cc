@@ -300,9 +300,10 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     drop_flights();
     previous_.clear();
     NamedParams reversed(now.rbegin(), now.rend());
-    plan_ = now.empty() ? nullptr
-                        : std::make_unique<GradientPlan>(std::move(reversed), options_.bucket_mb, options_.zero > 0,
-                                                         comm_->size(), options_.zero == 3);
+    plan_ = now.empty()
+                ? nullptr
+                : std::make_unique<GradientPlan>(std::move(reversed), options_.bucket_mb, options_.zero > 0,
+                                                 comm_->size(), options_.zero == 3, options_.allreduce_grad_dtype);
     node_index_.clear();
     shards_.clear();
     order_fixed_ = false;
@@ -317,7 +318,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     if (plan_ && options_.zero >= 2) {
       std::size_t largest = 0;
       for (const GradientBucket& bucket : plan_->buckets())
-        largest = std::max(largest, static_cast<std::size_t>(bucket.flat_size()) * dtype_size(bucket.dtype));
+        largest = std::max(largest, static_cast<std::size_t>(bucket.flat_size()) * dtype_size(bucket.wire));
       cpu::BlockCache::instance().cap_limit(6 * largest);
     }
     if (plan_)
@@ -345,7 +346,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     const std::vector<double> agreed = comm_->bcast(from_vector(order), 0).to_vector<double>();
     NamedParams ordered;
     for (double i : agreed) ordered.push_back(plan_->params()[static_cast<std::size_t>(i)]);
-    plan_ = std::make_unique<GradientPlan>(std::move(ordered), options_.bucket_mb, /*sharded=*/false, comm_->size());
+    plan_ = std::make_unique<GradientPlan>(std::move(ordered), options_.bucket_mb, /*sharded=*/false, comm_->size(),
+                                           /*by_link=*/false, options_.allreduce_grad_dtype);
     node_index_.clear();
     for (std::size_t i = 0; i < plan_->params().size(); ++i) node_index_[plan_->params()[i].second.node().get()] = i;
   }
@@ -358,7 +360,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
     const int me = comm_->rank(), ranks = comm_->size();
     const Device device = plan_->params()[bucket.params.front()].second.data().device();
     // Written whole below: each piece, the padding and the tail.
-    Tensor flat({bucket.flat_size()}, bucket.dtype, device);
+    // In the wire's dtype: allreduce_grad_dtype's gradients are cast as they are copied in.
+    Tensor flat({bucket.flat_size()}, bucket.wire, device);
     std::vector<double> tail(static_cast<std::size_t>(bucket.tail), 0.0);
     const std::size_t k = bucket.params.size();
     const bool check = check_finite_enabled();
@@ -368,10 +371,10 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       tail[j] = 1;
       if (check && tail[k + ranks + me] == 0 && !first_nonfinite(grad).empty()) tail[k + ranks + me] = double(j + 1);
     }
-    tail[k + me] = ran_backward_ ? double(1 + step_ % census_step_modulus(bucket.dtype)) : 0.0;
-    const Tensor tail_tensor = from_vector(tail).to(bucket.dtype).to(device);
+    tail[k + me] = ran_backward_ ? double(1 + step_ % census_step_modulus(bucket.wire)) : 0.0;
+    const Tensor tail_tensor = from_vector(tail).to(bucket.wire).to(device);
     const auto zero = [&](std::int64_t from, std::int64_t to) {
-      if (to > from) flat.slice_rows(from, to).copy_(zeros({to - from}, bucket.dtype, device));
+      if (to > from) flat.slice_rows(from, to).copy_(zeros({to - from}, bucket.wire, device));
     };
     for (std::int64_t s = 0; s < bucket.stripes; ++s) {
       const std::int64_t base = s * bucket.stripe_size();
@@ -379,9 +382,10 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
       for (const StripePiece& p : plan_->stripe_pieces(bucket, s)) {
         const Tensor& grad = plan_->params()[p.param].second.grad();
         Tensor into = flat.slice_rows(base + p.at, base + p.at + p.end - p.begin);
+        const Tensor piece = grad.defined() ? grad.reshape({-1}).slice_rows(p.begin, p.end).to(bucket.wire) : grad;
         if (!grad.defined()) zero(base + p.at, base + p.at + p.end - p.begin);
-        else if (divides_before_sum()) div_into_(into, grad.reshape({-1}).slice_rows(p.begin, p.end), double(ranks));
-        else into.copy_(grad.reshape({-1}).slice_rows(p.begin, p.end));
+        else if (divides_before_sum()) div_into_(into, piece, double(ranks));
+        else into.copy_(piece);
         filled = p.at + p.end - p.begin;
       }
       zero(base + filled, base + bucket.stripe_data);  // the last stripe's padding
@@ -507,7 +511,8 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
         for (std::size_t j = 0; j < k; ++j) {
           Variable param = plan_->params()[bucket.params[j]].second;
           if (tails[b][j] > 0) {
-            param.set_grad(mean.slice_flat(bucket.offsets[j], param.shape()));
+            // allreduce_grad_dtype: cast back to the parameter's dtype.
+            param.set_grad(mean.slice_flat(bucket.offsets[j], param.shape()).to(bucket.dtype));
           } else if (options_.zero_fill) {
             param.set_grad(zeros(param.shape(), param.dtype(), param.data().device()));
           } else {
@@ -520,7 +525,7 @@ class DataParallelSync final : public GradientSync, public BackwardObserver {
         Variable piece = shard_variable(p);
         const double present = presence(p.param);
         if (present > 0) {
-          piece.set_grad(mean.slice_rows(p.at, p.at + p.end - p.begin));
+          piece.set_grad(mean.slice_rows(p.at, p.at + p.end - p.begin).to(bucket.dtype));
         } else if (options_.zero_fill) {
           piece.set_grad(zeros({p.end - p.begin}, bucket.dtype, piece.data().device()));
         }

@@ -45,9 +45,9 @@ struct DataParallelOptions {
   // as ChainerMN does), or zeros with zero_fill. One that only some ranks gave a gradient is
   // always averaged with zeros from the others.
   bool zero_fill = false;
-  // ChainerMN's allreduce_grad_dtype: the gradients are cast to it, averaged, and cast back (bf16
-  // or f16 halve an f32 model's bytes on the wire). For now with overlap = false, zero = 0 and no
-  // double buffering: one packed allreduce per step after backward.
+  // ChainerMN's allreduce_grad_dtype: the gradients are cast to it as they are packed into the
+  // buckets, averaged, and cast back (bf16 or f16 halve an f32 model's bytes on the wire), in
+  // every mode above. Not in deterministic mode, whose sums are exact.
   std::optional<DType> allreduce_grad_dtype;
 };
 

@@ -25,19 +25,23 @@ std::int64_t census_step_modulus(DType dtype) {
   return std::min<std::int64_t>(std::int64_t(1) << 20, exact_integers(dtype) - 1);
 }
 
-GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks, bool by_link)
+GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks, bool by_link,
+                           std::optional<DType> wire)
     : params_(std::move(params)), bucket_of_(params_.size()), ranks_(ranks) {
+  // The dtype a parameter's gradient travels in.
+  const auto wire_of = [&](DType dtype) { return wire && is_floating(dtype) ? *wire : dtype; };
   const double limit = bucket_mb > 0 ? bucket_mb * 1024 * 1024 : 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     index_of_[params_[i].first] = i;
     const Variable& p = params_[i].second;
     // A census index (1 + a parameter's place) stays exact in the bucket's dtype.
+    const DType travels = wire_of(p.dtype());
     bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
-                static_cast<std::int64_t>(buckets_.back().params.size()) + 1 < exact_integers(p.dtype());
-    TANDEM_CHECK(!is_floating(p.dtype()) || ranks < exact_integers(p.dtype()),
-                 "create_multi_node_optimizer: ", dtype_name(p.dtype()), " gradients ('", params_[i].first,
-                 "') are averaged with a census that ", dtype_name(p.dtype()), " counts exactly up to ",
-                 exact_integers(p.dtype()), " ranks; this run has ", ranks);
+                static_cast<std::int64_t>(buckets_.back().params.size()) + 1 < exact_integers(travels);
+    TANDEM_CHECK(!is_floating(travels) || ranks < exact_integers(travels),
+                 "create_multi_node_optimizer: ", dtype_name(travels), " gradients ('", params_[i].first,
+                 "') are averaged with a census that ", dtype_name(travels), " counts exactly up to ",
+                 exact_integers(travels), " ranks; this run has ", ranks);
     if (fits && by_link) {
       fits = owner(params_[buckets_.back().params.back()].first) == owner(params_[i].first);
     } else if (fits) {
@@ -46,6 +50,7 @@ GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, i
     if (!fits) {
       buckets_.emplace_back();
       buckets_.back().dtype = p.dtype();
+      buckets_.back().wire = travels;
     }
     GradientBucket& b = buckets_.back();
     b.params.push_back(i);
@@ -65,6 +70,7 @@ GradientPlan::GradientPlan(NamedParams params, double bucket_mb, bool sharded, i
       h.mix(0xffff);
     }
     h.mix(static_cast<std::uint64_t>(b.stripes));
+    h.mix(static_cast<std::uint64_t>(b.wire) + 512);
     b.digest = h.digest();
   }
 }

@@ -9,12 +9,13 @@
 //   ran backward] [per rank: 1 + index in the bucket of its first NaN/Inf gradient under
 //   check_finite]
 // Every stripe carries the tail, so that a reduce-scatter gives each rank the whole census. Its
-// numbers must be exact in the bucket's dtype: bf16 holds the integers up to 256 only, f16 up to
+// numbers must be exact in the buffer's dtype (the wire's): bf16 holds the integers up to 256 only, f16 up to
 // 2048, so a 16-bit bucket holds fewer parameters than that, its step counts modulo 255 (2047),
 // and a 16-bit gradient needs fewer ranks than that.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,7 +25,8 @@
 namespace tandem {
 
 struct GradientBucket {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;            // its parameters' and gradients'
+  DType wire = DType::f32;             // its flat buffer's: dtype, or allreduce_grad_dtype
   std::vector<std::size_t> params;     // indices into the plan's parameter list
   std::vector<std::int64_t> offsets;   // each parameter's first element in the bucket
   std::int64_t numel = 0;              // gradient elements (unpadded)
@@ -55,7 +57,9 @@ class GradientPlan {
   // params in the order the buckets take them; ranks: the communicator's size. by_link: one
   // bucket per link (the parameters whose paths share everything up to the last '/') and dtype,
   // whatever its size (zero = 3 gathers and frees a link's parameters together).
-  GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks, bool by_link = false);
+  // wire: the dtype every floating bucket travels in (allreduce_grad_dtype); none: its own.
+  GradientPlan(NamedParams params, double bucket_mb, bool sharded, int ranks, bool by_link = false,
+               std::optional<DType> wire = std::nullopt);
 
   const NamedParams& params() const { return params_; }
   const std::vector<GradientBucket>& buckets() const { return buckets_; }

@@ -123,14 +123,9 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> optimizer, CommunicatorPtr comm,
                                                        const DataParallelOptions& options) {
-  if (options.allreduce_grad_dtype) {
-    TANDEM_CHECK(!options.overlap && options.zero == 0 && !options.double_buffering,
-                 "create_multi_node_optimizer: allreduce_grad_dtype (", dtype_name(*options.allreduce_grad_dtype),
-                 ") runs with overlap = false, zero = 0 and no double buffering for now (got overlap = ",
-                 options.overlap, ", zero = ", options.zero, ", double_buffering = ", options.double_buffering, ")");
-    return create_multi_node_optimizer(std::move(optimizer), std::move(comm), options.zero_fill,
-                                       options.allreduce_grad_dtype);
-  }
+  TANDEM_CHECK(!options.allreduce_grad_dtype || is_floating(*options.allreduce_grad_dtype),
+               "create_multi_node_optimizer: allreduce_grad_dtype must be floating (bf16, f16, f32, f64), got ",
+               dtype_name(*options.allreduce_grad_dtype));
   if (deterministic()) {
     // Deterministic mode sums the gradients with the order-free allreduce after backward, the
     // same for every bucket size and overlap; ZeRO-1 and 2 then keep the whole optimizer state
@@ -140,7 +135,8 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
                  ") does not run in deterministic mode (TANDEM_DETERMINISTIC=1) yet; use zero <= 2");
     TANDEM_CHECK(!options.double_buffering, "create_multi_node_optimizer: double_buffering applies gradients a step "
                  "late and does not run in deterministic mode (TANDEM_DETERMINISTIC=1)");
-    return create_multi_node_optimizer(std::move(optimizer), std::move(comm), options.zero_fill);
+    return create_multi_node_optimizer(std::move(optimizer), std::move(comm), options.zero_fill,
+                                       options.allreduce_grad_dtype);
   }
   install_data_parallel_sync(optimizer, std::move(comm), options);
   return optimizer;

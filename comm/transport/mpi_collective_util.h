@@ -9,12 +9,10 @@
 #include <climits>
 #include <cstring>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "comm/transport/mpi_communicator.h"
 #include "core/error.h"
-#include "core/half_types.h"
 #include "core/hash.h"
 
 namespace tandem {
@@ -168,16 +166,8 @@ inline Packed pack(const std::vector<Tensor>& pieces, DType dtype) {
   return Packed{flat.raw_data(), flat.storage()};
 }
 
-// bf16 and f16: as f32 does below, each quotient rounded once.
-inline void divide_half(Tensor& y, int size) {
-  const float scale = 1.0f / static_cast<float>(size);
-  auto scale_all = [&](auto* p) {
-    using Half = std::remove_pointer_t<decltype(p)>;
-    for (std::int64_t i = 0; i < y.numel(); ++i) p[i] = Half(static_cast<float>(p[i]) * scale);
-  };
-  if (y.dtype() == DType::bf16) scale_all(static_cast<Eigen::bfloat16*>(y.raw_data()));
-  else scale_all(static_cast<Eigen::half*>(y.raw_data()));
-}
+// bf16 and f16: as f32 does below, each quotient rounded once (mpi_half_sum.cc).
+void divide_half(Tensor& y, int size);
 
 inline void divide(Tensor& y, int size) {
   if (is_half(y.dtype())) return divide_half(y, size);
@@ -212,17 +202,9 @@ inline void add_elements(char* into, const char* from, std::int64_t n) {
   }
 }
 
-// The same for bf16 and f16: added in f32, each sum rounded once (as mpi_sum's operation).
-template <typename Half>
-inline void add_half_elements(char* into, const char* from, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    Half a, b;
-    std::memcpy(&a, into + i * sizeof(Half), sizeof(Half));
-    std::memcpy(&b, from + i * sizeof(Half), sizeof(Half));
-    const Half sum(static_cast<float>(a) + static_cast<float>(b));
-    std::memcpy(into + i * sizeof(Half), &sum, sizeof(Half));
-  }
-}
+// The same for bf16 and f16 (mpi_half_sum.cc): added in f32, each sum rounded once, as mpi_sum's
+// operation.
+void add_half_into(char* into, const char* from, std::int64_t n, DType dtype);
 
 // into += from, elementwise (the dtypes MPI sums: see mpi_type).
 inline void add_into(void* into, const void* from, std::int64_t n, DType dtype) {
@@ -233,8 +215,8 @@ inline void add_into(void* into, const void* from, std::int64_t n, DType dtype) 
     case DType::f64: return add_elements<double>(out, in, n);
     case DType::i32: return add_elements<std::int32_t>(out, in, n);
     case DType::i64: return add_elements<std::int64_t>(out, in, n);
-    case DType::bf16: return add_half_elements<Eigen::bfloat16>(out, in, n);
-    case DType::f16: return add_half_elements<Eigen::half>(out, in, n);
+    case DType::bf16:
+    case DType::f16: return add_half_into(out, in, n, dtype);
     case DType::boolean: break;
   }
   TANDEM_FAIL("comm: internal error: no sum of ", dtype_name(dtype), " tensors");

@@ -16,10 +16,8 @@ namespace tandem::comm_detail::collective_util {
 namespace {
 
 template <typename Half>
-void half_sum(void* in, void* inout, int* length, MPI_Datatype*) {
-  const char* from = static_cast<const char*>(in);
-  char* into = static_cast<char*>(inout);
-  for (int i = 0; i < *length; ++i) {
+void add_halves(char* into, const char* from, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
     Half a, b;
     std::memcpy(&a, into + i * sizeof(Half), sizeof(Half));
     std::memcpy(&b, from + i * sizeof(Half), sizeof(Half));
@@ -28,7 +26,29 @@ void half_sum(void* in, void* inout, int* length, MPI_Datatype*) {
   }
 }
 
+// MPI's user function: inout[i] += in[i].
+template <typename Half>
+void half_sum(void* in, void* inout, int* length, MPI_Datatype*) {
+  add_halves<Half>(static_cast<char*>(inout), static_cast<const char*>(in), *length);
+}
+
+template <typename Half>
+void scale_halves(Half* p, std::int64_t n, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) p[i] = Half(static_cast<float>(p[i]) * scale);
+}
+
 }  // namespace
+
+void add_half_into(char* into, const char* from, std::int64_t n, DType dtype) {
+  if (dtype == DType::bf16) add_halves<Eigen::bfloat16>(into, from, n);
+  else add_halves<Eigen::half>(into, from, n);
+}
+
+void divide_half(Tensor& y, int size) {
+  const float scale = 1.0f / static_cast<float>(size);
+  if (y.dtype() == DType::bf16) scale_halves(static_cast<Eigen::bfloat16*>(y.raw_data()), y.numel(), scale);
+  else scale_halves(static_cast<Eigen::half*>(y.raw_data()), y.numel(), scale);
+}
 
 MPI_Op mpi_sum(DType dtype) {
   if (!is_half(dtype)) return MPI_SUM;

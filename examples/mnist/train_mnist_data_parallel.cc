@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
   flags.add_int("overlap", 1, "1: a bucket's average starts while backward runs; 0: after backward");
   flags.add_int("double-buffering", 0, "1: ChainerMN's double buffering (gradients applied one step late)");
   flags.add_string("allreduce-grad-dtype", "",
-                   "bf16 or f16: gradients averaged in 16 bits, half the bytes (ChainerMN's allreduce_grad_dtype; "
-                   "needs --overlap 0); empty: the parameters' dtype");
+                   "bf16 or f16: gradients averaged in 16 bits, half the bytes (ChainerMN's allreduce_grad_dtype); "
+                   "empty: the parameters' dtype");
   examples::add_dtype_flag(flags);
   flags.add_int("global-batches", 0,
                 "1: every rank iterates the same global batches of --batchsize x ranks examples and trains on its "

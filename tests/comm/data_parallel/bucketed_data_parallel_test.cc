@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "autograd/functions.h"
@@ -148,17 +149,19 @@ DataParallelOptions make(bool overlap, double bucket_mb, int zero, bool prefetch
   return o;
 }
 
-// bf16 parameters, 3 Adam steps (f32 master weights and state): with `options`, or through the
-// packed allreduce after backward (create_multi_node_optimizer without options).
-std::vector<std::vector<double>> bf16_run(const DataParallelOptions* options) {
+// 3 Adam steps of a model of `dtype` (bf16: f32 master weights and state) whose gradients travel
+// in `wire`: with `options`, or through the packed allreduce after backward
+// (create_multi_node_optimizer without options).
+std::vector<std::vector<double>> half_run(const DataParallelOptions* options, DType dtype = DType::bf16,
+                                          std::optional<DType> wire = std::nullopt) {
   auto comm = world();
-  auto model = std::make_shared<Net>(DType::bf16);
+  auto model = std::make_shared<Net>(dtype);
   auto adam = options ? create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, *options)
-                      : create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm);
+                      : create_multi_node_optimizer(std::make_shared<Adam>(0.01), comm, false, wire);
   adam->setup(model);
   for (int step = 0; step < 3; ++step) {
     model->cleargrads();
-    const Tensor x = batch_x(step, comm->rank()).to(DType::bf16), t = batch_t(step, comm->rank()).to(DType::bf16);
+    const Tensor x = batch_x(step, comm->rank()).to(dtype), t = batch_t(step, comm->rank()).to(dtype);
     model->loss(x, t, true, false).backward();
     adam->update();
   }
@@ -169,11 +172,11 @@ std::vector<std::vector<double>> bf16_run(const DataParallelOptions* options) {
     REQUIRE(tensor.dtype() == DType::f32);
     master = master || key.find("/master") != std::string::npos;
   }
-  REQUIRE(master);
+  REQUIRE(master == is_half(dtype));
   const auto whole = gather_parameters(*adam);
   std::vector<std::vector<double>> out;
   for (const auto& [name, p] : model->namedparams()) {
-    REQUIRE(p.dtype() == DType::bf16);
+    REQUIRE(p.dtype() == dtype);
     out.push_back(values(p.data()));
   }
   return out;
@@ -181,22 +184,30 @@ std::vector<std::vector<double>> bf16_run(const DataParallelOptions* options) {
 
 }  // namespace
 
-TEST_CASE("data-parallel with bf16 parameters: buckets, overlap and ZeRO 1-3 as the packed allreduce") {
+TEST_CASE(
+    "data-parallel in 16 bits: bf16 parameters, or f32 ones averaged in bf16 (allreduce_grad_dtype), in "
+    "buckets, overlapped and under ZeRO 1-3 as through the packed allreduce") {
   const int n = world()->size();
-  const auto want = bf16_run(nullptr);
-  for (int zero : {0, 1, 2, 3}) {
-    for (bool overlap : {false, true}) {
-      INFO("zero " << zero << " overlap " << overlap);
-      const DataParallelOptions options = make(overlap, zero == 3 ? 0.0 : 0.0005, zero);
-      const auto got = bf16_run(&options);
-      REQUIRE(got.size() == want.size());
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        for (std::size_t j = 0; j < got[i].size(); ++j) {
-          INFO("parameter " << i << " element " << j);
-          // Two ranks: every sum is of two terms, in any order the same bits. Three: the order
-          // of the 16-bit partial sums may differ, and the parameters by a unit of bf16's last place.
-          if (n == 2) REQUIRE(got[i][j] == want[i][j]);
-          else REQUIRE(got[i][j] == Approx(want[i][j]).epsilon(std::ldexp(1.0, -7)).margin(1e-3));
+  for (const bool wire_only : {false, true}) {
+    INFO((wire_only ? "f32 parameters, bf16 gradients on the wire" : "bf16 parameters"));
+    const DType dtype = wire_only ? DType::f32 : DType::bf16;
+    const std::optional<DType> wire = wire_only ? std::optional<DType>(DType::bf16) : std::nullopt;
+    const auto want = half_run(nullptr, dtype, wire);
+    for (int zero : {0, 1, 2, 3}) {
+      for (bool overlap : {false, true}) {
+        INFO("zero " << zero << " overlap " << overlap);
+        DataParallelOptions options = make(overlap, zero == 3 ? 0.0 : 0.0005, zero);
+        options.allreduce_grad_dtype = wire;
+        const auto got = half_run(&options, dtype, wire);
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          for (std::size_t j = 0; j < got[i].size(); ++j) {
+            INFO("parameter " << i << " element " << j);
+            // Two ranks: every sum is of two terms, in any order the same bits. Three: the order
+            // of the 16-bit partial sums may differ, and the parameters by a unit of bf16's last place.
+            if (n == 2) REQUIRE(got[i][j] == want[i][j]);
+            else REQUIRE(got[i][j] == Approx(want[i][j]).epsilon(std::ldexp(1.0, -7)).margin(1e-3));
+          }
         }
       }
     }
