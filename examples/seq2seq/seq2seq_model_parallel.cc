@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "comm/transport/communicator.h"
 #include "comm/multi_node_training/multi_node_snapshot.h"
@@ -24,6 +25,7 @@
 #include "training/extensions/evaluator.h"
 #include "training/extensions/plot_report.h"
 #include "training/extensions/reporting.h"
+#include "training/mixed_precision.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -153,6 +155,7 @@ int main(int argc, char** argv) {
   flags.add_int("eval-size", 1000, "held-out pairs evaluated after each epoch (all of them at the end)");
   flags.add_int("seed", 0, "random seed (initialisation and shuffling; the held-out split is fixed)");
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
+  examples::add_dtype_flag(flags);
   examples::add_communicator_flag(flags);
   const int status = examples::parse_command_line(flags, argc, argv, "seq2seq_model_parallel",
                                                   {"batchsize", "epoch", "unit", "layer", "eval-size"});
@@ -222,6 +225,10 @@ int main(int argc, char** argv) {
   comm->set_device(device);
   model->to(device);
   optimizer->setup(model);
+  // Both ranks skip a step whose gradients overflowed on either (mixed_f16): each holds half the model.
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  apply_precision(*optimizer, precision,
+                  [comm](double count) { return comm->allreduce(full({}, count, DType::f64)).item(); });
   // The same seed on both ranks: the same order of pairs, so rank 1 decodes what rank 0 encoded.
   auto train_iter = std::make_shared<SerialIterator>(data.train, batchsize, true, true,
                                                      static_cast<std::uint64_t>(flags.get_int("seed")));
@@ -236,11 +243,11 @@ int main(int argc, char** argv) {
                                              eval));
   if (rank == kEncoderRank) {
     std::printf("seq2seq_model_parallel: %lld train / %lld held-out pairs (%lld evaluated per epoch); vocabulary "
-                "%lld -> %lld; # unit: %lld  # layer: %lld  # minibatch: %lld  # epoch: %lld\n",
+                "%lld -> %lld; # unit: %lld  # layer: %lld  # minibatch: %lld  # epoch: %lld  # dtype: %s\n",
                 static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
                 static_cast<long long>(eval_subset->size()), static_cast<long long>(options.source_vocab),
                 static_cast<long long>(options.target_vocab), static_cast<long long>(options.units),
-                static_cast<long long>(options.layers), batchsize, epochs);
+                static_cast<long long>(options.layers), batchsize, epochs, precision.name.c_str());
     auto log = std::make_shared<LogReport>();
     trainer.extend(log);
     trainer.extend(std::make_shared<PrintReport>(
@@ -265,6 +272,8 @@ int main(int argc, char** argv) {
     trainer.load_snapshot(latest_complete_snapshot(*comm, out).path);
     if (rank == kEncoderRank) std::printf("resumed at iteration %lld\n", static_cast<long long>(trainer.iteration()));
   }
+  // Training and evaluation (the final one too) in the chosen precision.
+  const AutocastScope autocast(precision.autocast);
   trainer.run();
 
   // The whole held-out set, both ranks taking part.
