@@ -134,6 +134,11 @@ Observation StandardUpdater::update() {
   if (scalar_loss) observation["main/loss"] = loss_sum / groups_run;
   if (digests_) digests_->end_step(*optimizer_->target());
   optimizer_->update();
+  // With a loss scaler: the scale this step's loss was multiplied by, and the steps skipped so far.
+  if (const std::shared_ptr<LossScaler>& scaler = optimizer_->loss_scaler()) {
+    observation["main/loss_scale"] = loss_scale;
+    observation["main/skipped_steps"] = static_cast<double>(scaler->skipped());
+  }
   if (new_epoch) optimizer_->new_epoch();
   last_step_new_epoch_ = new_epoch;
   ++iteration_;

@@ -309,3 +309,28 @@ TEST_CASE("with gradient accumulation, an epoch that ends in a step's first batc
   CHECK(log->log()[1].at("iteration") == 8);
   CHECK(log->log()[1].at("epoch") == 2);
 }
+
+TEST_CASE("StandardUpdater with a loss scaler: the same steps as without, the scale and skips reported",
+          "[trainer][loss_scaler]") {
+  auto [train, test] = toy_data();
+  // A power-of-two scale changes no bit of an f32 step (scaled and unscaled exactly).
+  std::vector<std::vector<float>> params;
+  for (bool scaled : {false, true}) {
+    manual_seed(5);
+    auto model = std::make_shared<Classifier>(std::make_shared<Linear>(5, 3));
+    auto adam = std::make_shared<Adam>(0.05);
+    adam->setup(model);
+    if (scaled) adam->set_loss_scaler(std::make_shared<LossScaler>());
+    StandardUpdater updater(std::make_shared<SerialIterator>(train, 16, true, true, 3), adam,
+                            classifier_loss(model));
+    Observation last;
+    for (int i = 0; i < 4; ++i) last = updater.update();
+    REQUIRE(last.count("main/loss_scale") == (scaled ? 1u : 0u));
+    if (scaled) {
+      REQUIRE(last.at("main/loss_scale") == 65536);
+      REQUIRE(last.at("main/skipped_steps") == 0);
+    }
+    params.push_back(flat_params(*model));
+  }
+  REQUIRE(params[0] == params[1]);
+}
