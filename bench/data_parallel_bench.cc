@@ -20,6 +20,12 @@
 //   live_mb      the largest bytes that tensors hold after the last step (live_storage_bytes):
 //                what stays between steps (weights, gradients, optimizer state, 4 MB of data),
 //                without a step's transient buffers or what malloc keeps
+//   peak_live_mb the largest bytes tensors held at once during the mode (peak_live_storage_bytes):
+//                peak_rss_mb - base_rss_mb - peak_live_mb is what the mode's memory outside
+//                tensors added at most
+//   cache_mb     freed tensor blocks the CPU block cache keeps after the last step
+//   malloc_free_mb  free bytes tcmalloc keeps resident after the last step
+//                (core/memory_stats.h; each of these the largest over the ranks)
 //   theory_mb    what a rank holds by the formula: per parameter 4 B of weights, 4 B of gradient
 //                and 8 B of Adam state, the sharded parts divided by the ranks (zero1 the 8 B,
 //                zero2 the 4 + 8 B, zero3 all 16 B)
@@ -43,7 +49,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -53,10 +58,11 @@
 #include "bench/bench_util.h"
 #include "bench/mpi_timing.h"
 #include "comm/data_parallel/data_parallel_options.h"
-#include "comm/transport/background_progress.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
+#include "comm/transport/background_progress.h"
 #include "comm/transport/communicator.h"
 #include "core/error.h"
+#include "core/memory_stats.h"
 #include "core/random.h"
 #include "core/storage.h"
 #include "layers/links/linear.h"
@@ -131,16 +137,6 @@ std::vector<Mode> selected_modes(bool* alone) {
   return out.empty() ? modes() : out;
 }
 
-// A "VmHWM:" / "VmRSS:" field of /proc/self/status in MB (the file says kB, i.e. KiB).
-double proc_status_mb(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.compare(0, field.size() + 1, field + ":") == 0)
-      return std::atof(line.c_str() + field.size() + 1) * 1024 / 1e6;
-  return NAN;
-}
-
 double max_over_ranks(double v) {
   double out = v;
   MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -174,7 +170,8 @@ void run_mode(Context& c, const Mode& mode) {
     xs.emplace_back(rand_uniform({batch(), kWidth}, generator));
     ts.emplace_back(randn({batch(), kWidth}, generator));
   }
-  const double base_mb = max_over_ranks(proc_status_mb("VmRSS"));
+  const double base_mb = max_over_ranks(host_memory_stats().rss / 1e6);
+  reset_peak_live_storage_bytes(Device::cpu());
   manual_seed(0);
   auto model = std::make_shared<BigMLP>();
   DataParallelOptions options;
@@ -204,8 +201,10 @@ void run_mode(Context& c, const Mode& mode) {
     const std::int64_t b = step++ % kBatches;
     optimizer->update([&] { return loss = F::mean_squared_error((*model)(xs[b]), ts[b]); });
   });
-  const double peak_mb = max_over_ranks(proc_status_mb("VmHWM"));
-  const double live_mb = max_over_ranks(static_cast<double>(live_storage_bytes(Device::cpu())) / 1e6);
+  const HostMemoryStats memory = host_memory_stats();
+  const double peak_mb = max_over_ranks(memory.peak_rss / 1e6), live_mb = max_over_ranks(memory.live_tensors / 1e6);
+  const double peak_live_mb = max_over_ranks(memory.peak_live_tensors / 1e6);
+  const double cache_mb = max_over_ranks(memory.block_cache / 1e6), free_mb = max_over_ranks(memory.malloc_free / 1e6);
   if (c.rank != 0) return;
   const double value = loss.data().item();
   const bool finite = std::isfinite(value);
@@ -215,12 +214,11 @@ void run_mode(Context& c, const Mode& mode) {
                 options.bucket_mb);
   bench::print_stats(id, c.tags + option_tags, s);
   std::printf(
-      " samples_per_s=%.0f loss=%.4f peak_rss_mb=%.1f base_rss_mb=%.1f live_mb=%.1f theory_mb=%.1f params=%lld "
-      "rss_of=%s background_polls=%llu%s\n",
-      double(batch()) * c.ranks / (s.median_ms * 1e-3), value, peak_mb, base_mb, live_mb,
-      theory_bytes(params, mode.zero, c.ranks) / 1e6, static_cast<long long>(params), c.alone ? "mode" : "run",
-      static_cast<unsigned long long>(background_progress_polls() - polls_before),
-      finite ? "" : " CHECK=FAIL");
+      " samples_per_s=%.0f loss=%.4f peak_rss_mb=%.1f base_rss_mb=%.1f live_mb=%.1f peak_live_mb=%.1f cache_mb=%.1f "
+      "malloc_free_mb=%.1f theory_mb=%.1f params=%lld rss_of=%s background_polls=%llu%s\n",
+      double(batch()) * c.ranks / (s.median_ms * 1e-3), value, peak_mb, base_mb, live_mb, peak_live_mb, cache_mb,
+      free_mb, theory_bytes(params, mode.zero, c.ranks) / 1e6, static_cast<long long>(params), c.alone ? "mode" : "run",
+      static_cast<unsigned long long>(background_progress_polls() - polls_before), finite ? "" : " CHECK=FAIL");
   std::fflush(stdout);
 }
 

@@ -131,6 +131,9 @@ class Backend {
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int64_t batch, std::int64_t m,
                       std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b,
                       bool accumulate) = 0;
+  // Whether matmul runs products of this 16-bit dtype itself (f32 sums, each result rounded once
+  // to the dtype); otherwise the ops widen such operands to f32 (core/ops/half_compute.h).
+  virtual bool runs_16bit_products(DType dtype) const { return false; }
 
   // Copies the elements of `shape` from a strided view of src's storage into a strided view of
   // dst's storage (same dtype). The one primitive behind permute, slicing, concat, split,

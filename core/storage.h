@@ -26,6 +26,11 @@ void register_pinned_host_allocator(const PinnedHostAllocator& allocator);
 // (all of them together): what tensors hold, not what allocators keep cached. The pipeline's
 // profile reads it to measure the memory a microbatch keeps from forward to backward.
 std::int64_t live_storage_bytes(const Device& device);
+// The most live_storage_bytes has been since the program began or the last reset (PyTorch's
+// max_memory_allocated): what a step's transient tensors added at their peak. Set back to the
+// bytes live now by the reset.
+std::int64_t peak_live_storage_bytes(const Device& device);
+void reset_peak_live_storage_bytes(const Device& device);
 
 class Storage {
  public:

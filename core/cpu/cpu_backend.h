@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
                                       Tensor& gx) override;
   void matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int64_t batch, std::int64_t m,
               std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b, bool accumulate) override;
+  bool runs_16bit_products(DType dtype) const override;  // bf16 where oneDNN runs it natively
   void copy_strided(const Tensor& src, const StridedView& src_view, Tensor& dst, const StridedView& dst_view,
                     const Shape& shape) override;
 

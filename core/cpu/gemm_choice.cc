@@ -12,6 +12,7 @@
 #include "core/cpu/parallel.h"
 #include "core/deterministic.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "core/kernel_choices.h"
 
 namespace tandem {
@@ -32,6 +33,7 @@ const char* dtype_word() {
   if constexpr (std::is_same_v<T, float>) return "f32";
   else if constexpr (std::is_same_v<T, double>) return "f64";
   else if constexpr (std::is_same_v<T, std::int32_t>) return "i32";
+  else if constexpr (std::is_same_v<T, bfloat16>) return "bf16";
   else return "i64";
 }
 
@@ -86,6 +88,7 @@ std::vector<double> time_candidates(const std::vector<GemmBackend>& candidates, 
 
 template <typename T>
 GemmBackend gemm_backend_for(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
+  if constexpr (std::is_same_v<T, bfloat16>) return GemmBackend::kOneDnn;  // the only one (bf16_products_native)
   const Forced forced = forced_backend();
   if (forced.set && gemm_backend_supports<T>(forced.backend)) return forced.backend;
   // Deterministic mode: one library per dtype, whatever the shape, timing or threads; one that
@@ -158,6 +161,12 @@ std::string gemm_class_key(const char* family, std::int64_t m, std::int64_t n, s
 
 bool gemm_backend_forced() { return forced_backend().set; }
 
+bool bf16_products_native() {
+  if (!gemm_backend_supports<bfloat16>(GemmBackend::kOneDnn)) return false;
+  const Forced forced = forced_backend();
+  return !forced.set || forced.backend == GemmBackend::kOneDnn;
+}
+
 template std::string gemm_class_key<float>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
 template std::string gemm_class_key<double>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
 template std::string gemm_class_key<std::int32_t>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
@@ -166,6 +175,8 @@ template GemmBackend gemm_backend_for<float>(std::int64_t, std::int64_t, std::in
 template GemmBackend gemm_backend_for<double>(std::int64_t, std::int64_t, std::int64_t, bool, bool);
 template GemmBackend gemm_backend_for<std::int32_t>(std::int64_t, std::int64_t, std::int64_t, bool, bool);
 template GemmBackend gemm_backend_for<std::int64_t>(std::int64_t, std::int64_t, std::int64_t, bool, bool);
+template std::string gemm_class_key<bfloat16>(const char*, std::int64_t, std::int64_t, std::int64_t, bool, bool);
+template GemmBackend gemm_backend_for<bfloat16>(std::int64_t, std::int64_t, std::int64_t, bool, bool);
 
 }  // namespace cpu
 }  // namespace tandem

@@ -51,5 +51,10 @@ GemmShape gemm_timed_shape(std::int64_t m, std::int64_t n, std::int64_t k);
 // Whether TANDEM_GEMM names a library (not auto).
 bool gemm_backend_forced();
 
+// Whether bf16 products run as bf16 (oneDNN, on a processor with bf16 dot products; f32 sums,
+// each result rounded once) rather than widened to f32 (core/ops/half_compute.h). TANDEM_GEMM
+// naming another library widens them, so that every product runs on that library.
+bool bf16_products_native();
+
 }  // namespace cpu
 }  // namespace tandem

@@ -10,6 +10,7 @@
 #include "core/cpu/blas.h"
 #include "core/cpu/onednn.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "core/hash.h"
 
 namespace tandem {
@@ -67,9 +68,10 @@ struct MatmulKey {
   std::int64_t m, n, k, lda, ldb, ldc;
   bool ta, tb, accumulate;
   int threads;
+  dnnl::memory::data_type type;
   bool operator==(const MatmulKey& o) const {
     return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldc == o.ldc && ta == o.ta &&
-           tb == o.tb && accumulate == o.accumulate && threads == o.threads;
+           tb == o.tb && accumulate == o.accumulate && threads == o.threads && type == o.type;
   }
 };
 
@@ -78,7 +80,7 @@ struct MatmulKeyHash {
     Fnv1a64 h;
     for (std::int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc,
                            std::int64_t(key.ta) | std::int64_t(key.tb) << 1 | std::int64_t(key.accumulate) << 2,
-                           std::int64_t(key.threads)}) {
+                           std::int64_t(key.threads), std::int64_t(key.type)}) {
       h.mix(static_cast<std::uint64_t>(v));
     }
     return static_cast<std::size_t>(h.digest());
@@ -87,14 +89,18 @@ struct MatmulKeyHash {
 
 constexpr std::size_t kMaxCachedMatmuls = 1024;
 
-void onednn_gemm(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                 std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
+// f32 products, and bf16 ones (f32 sums, each result rounded once to bf16; the sum post-op of
+// `accumulate` adds C in f32 before that one rounding).
+template <typename T>
+void onednn_gemm(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t m,
+                 std::int64_t n, std::int64_t k, bool ta, bool tb, bool accumulate) {
   using dnnl::memory;
+  constexpr memory::data_type type = std::is_same_v<T, float> ? memory::data_type::f32 : memory::data_type::bf16;
   // A [m, k] stored transposed is the same matrix with strides {1, lda}: no copy either way.
-  const MatmulKey key{m, n, k, lda, ldb, ldc, ta, tb, accumulate, onednn_threads()};
-  const memory::desc a_md({m, k}, memory::data_type::f32, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-  const memory::desc b_md({k, n}, memory::data_type::f32, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-  const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  const MatmulKey key{m, n, k, lda, ldb, ldc, ta, tb, accumulate, onednn_threads(), type};
+  const memory::desc a_md({m, k}, type, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+  const memory::desc b_md({k, n}, type, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+  const memory::desc c_md({m, n}, type, memory::dims{ldc, 1});
   static std::mutex mutex;
   static std::unordered_map<MatmulKey, std::pair<dnnl::matmul, memory::desc>, MatmulKeyHash> cache;
   dnnl::matmul primitive;
@@ -111,7 +117,7 @@ void onednn_gemm(const float* a, std::int64_t lda, const float* b, std::int64_t 
     scratchpad_md = it->second.second;
   }
   auto& engine = onednn_engine();
-  memory am(a_md, engine, const_cast<float*>(a)), bm(b_md, engine, const_cast<float*>(b)), cm(c_md, engine, c);
+  memory am(a_md, engine, const_cast<T*>(a)), bm(b_md, engine, const_cast<T*>(b)), cm(c_md, engine, c);
   auto& stream = onednn_stream();
   primitive.execute(stream, {{DNNL_ARG_SRC, am},
                              {DNNL_ARG_WEIGHTS, bm},
@@ -134,6 +140,14 @@ const char* gemm_backend_name(GemmBackend backend) {
 
 template <typename T>
 bool gemm_backend_supports(GemmBackend backend) {
+  // bf16 products only where oneDNN runs them natively (Eigen's would sum in bf16).
+  if constexpr (std::is_same_v<T, bfloat16>) {
+#ifdef TANDEM_HAS_DNNL
+    return backend == GemmBackend::kOneDnn && onednn_native_bf16();
+#else
+    return false;
+#endif
+  }
   switch (backend) {
     case GemmBackend::kEigen: return true;
     case GemmBackend::kOpenBlas:
@@ -163,7 +177,7 @@ void gemm_on(GemmBackend backend, const T* a, std::int64_t lda, const T* b, std:
     case GemmBackend::kOpenBlas: openblas_gemm(a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate); return;
     case GemmBackend::kOneDnn:
 #ifdef TANDEM_HAS_DNNL
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
         onednn_gemm(a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate);
         return;
       }
@@ -171,7 +185,7 @@ void gemm_on(GemmBackend backend, const T* a, std::int64_t lda, const T* b, std:
       break;
     case GemmBackend::kEigen: break;
   }
-  eigen_gemm(a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate);
+  if constexpr (!std::is_same_v<T, bfloat16>) eigen_gemm(a, lda, b, ldb, c, ldc, m, n, k, ta, tb, accumulate);
 }
 
 #define TANDEM_GEMM_KERNELS(T)                                                                                 \
@@ -182,6 +196,7 @@ TANDEM_GEMM_KERNELS(float)
 TANDEM_GEMM_KERNELS(double)
 TANDEM_GEMM_KERNELS(std::int32_t)
 TANDEM_GEMM_KERNELS(std::int64_t)
+TANDEM_GEMM_KERNELS(bfloat16)
 #undef TANDEM_GEMM_KERNELS
 
 }  // namespace cpu

@@ -15,7 +15,8 @@ constexpr GemmBackend kGemmBackends[] = {GemmBackend::kOpenBlas, GemmBackend::kO
 const char* gemm_backend_name(GemmBackend backend);  // "openblas", "onednn", "eigen"
 
 // Whether this build can run products of T on the backend (OpenBLAS: f32/f64 when linked;
-// oneDNN: f32 when linked; Eigen: every type).
+// oneDNN: f32 when linked, and bf16 where the processor has bf16 dot products; Eigen: every type
+// but bf16, which it would sum in bf16).
 template <typename T>
 bool gemm_backend_supports(GemmBackend backend);
 

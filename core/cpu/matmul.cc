@@ -16,6 +16,7 @@
 #include "core/cpu/parallel.h"
 #include "core/deterministic.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "core/kernel_choices.h"
 #include "core/tensor.h"
 
@@ -191,35 +192,54 @@ template void gemm<std::int32_t>(const std::int32_t*, const std::int32_t*, std::
                                  std::int64_t, std::int64_t, bool, bool, bool, std::int64_t);
 template void gemm<std::int64_t>(const std::int64_t*, const std::int64_t*, std::int64_t*, std::int64_t,
                                  std::int64_t, std::int64_t, bool, bool, bool, std::int64_t);
+template void gemm<bfloat16>(const bfloat16*, const bfloat16*, bfloat16*, std::int64_t, std::int64_t, std::int64_t,
+                             bool, bool, bool, std::int64_t);
 
 }  // namespace cpu
+
+bool CpuBackend::runs_16bit_products(DType dtype) const { return dtype == DType::bf16 && cpu::bf16_products_native(); }
+
+namespace {
+
+template <typename scalar_t>
+void cpu_matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int64_t batch, std::int64_t m, std::int64_t n,
+                std::int64_t k, bool transpose_a, bool transpose_b, bool accumulate) {
+  const scalar_t* pa = a.data<scalar_t>();
+  const scalar_t* pb = b.data<scalar_t>();
+  scalar_t* pc = out.data<scalar_t>();
+  const std::int64_t stride_a = a.numel() == m * k ? 0 : m * k;
+  const std::int64_t stride_b = b.numel() == k * n ? 0 : k * n;
+  // A right-hand side that serves again unchanged (weights) may run on a packed copy.
+  if (batch == 1 && on_packed_rhs(pa, b, pc, m, n, k, transpose_a, transpose_b, accumulate)) return;
+  // A single product (or a batch of large ones) uses all threads inside one GEMM; many small
+  // products run one per thread.
+  if (batch == 1 || m * n * k >= (1 << 18) || deterministic()) {
+    for (std::int64_t i = 0; i < batch; ++i) {
+      gemm_threaded(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b,
+                    accumulate);
+    }
+  } else {
+    cpu::parallel_for(batch, m * n * k, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        cpu::gemm(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b, accumulate);
+      }
+    });
+  }
+}
+
+}  // namespace
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, Tensor& out, std::int64_t batch, std::int64_t m,
                         std::int64_t n, std::int64_t k, bool transpose_a, bool transpose_b, bool accumulate) {
   if (out.numel() == 0) return;
+  if (a.dtype() == DType::bf16) {
+    TANDEM_CHECK(runs_16bit_products(DType::bf16),
+                 "matmul: bf16 products need oneDNN on a processor with bf16 dot "
+                 "products (the ops widen them to f32 elsewhere)");
+    return cpu_matmul<bfloat16>(a, b, out, batch, m, n, k, transpose_a, transpose_b, accumulate);
+  }
   TANDEM_DISPATCH_NUMERIC(a.dtype(), "matmul", [&] {
-    const scalar_t* pa = a.data<scalar_t>();
-    const scalar_t* pb = b.data<scalar_t>();
-    scalar_t* pc = out.data<scalar_t>();
-    const std::int64_t stride_a = a.numel() == m * k ? 0 : m * k;
-    const std::int64_t stride_b = b.numel() == k * n ? 0 : k * n;
-    // A right-hand side that serves again unchanged (weights) may run on a packed copy.
-    if (batch == 1 && on_packed_rhs(pa, b, pc, m, n, k, transpose_a, transpose_b, accumulate)) return;
-    // A single product (or a batch of large ones) uses all threads inside one GEMM; many small
-    // products run one per thread.
-    if (batch == 1 || m * n * k >= (1 << 18) || deterministic()) {
-      for (std::int64_t i = 0; i < batch; ++i) {
-        gemm_threaded(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b,
-                      accumulate);
-      }
-    } else {
-      cpu::parallel_for(batch, m * n * k, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t i = lo; i < hi; ++i) {
-          cpu::gemm(pa + i * stride_a, pb + i * stride_b, pc + i * m * n, m, n, k, transpose_a, transpose_b,
-                    accumulate);
-        }
-      });
-    }
+    cpu_matmul<scalar_t>(a, b, out, batch, m, n, k, transpose_a, transpose_b, accumulate);
   });
 }
 

@@ -18,6 +18,14 @@ dnnl::stream& onednn_stream() {
   return stream;
 }
 
+bool onednn_native_bf16() {
+  static const bool native = [] {
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
+  }();
+  return native;
+}
+
 int onednn_threads() { return max_chunks(); }
 
 dnnl::memory onednn_scratchpad(const dnnl::memory::desc& md) {

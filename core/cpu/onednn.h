@@ -20,6 +20,11 @@ dnnl::engine& onednn_engine();
 // products run there are serial, one per thread.
 dnnl::stream& onednn_stream();
 
+// Whether this processor runs oneDNN's bf16 products natively (AVX512-BF16 or AMX: bf16 dot
+// products at twice f32's rate). Elsewhere oneDNN emulates them or has none, and tandem widens
+// bf16 operands to f32 instead (core/ops/half_compute.h).
+bool onednn_native_bf16();
+
 // The thread count a primitive made now would be built for: 1 inside a parallel region (oneDNN
 // then runs it on the calling thread alone), else OpenMP's. Part of every primitive cache key.
 int onednn_threads();

@@ -17,8 +17,9 @@ std::string flags(bool ta, bool tb) {
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) {
   ops_detail::check_compatible({&a_in, &b_in}, "matmul");
-  if (is_half(a_in.dtype())) return matmul(a_in.to(DType::f32), b_in.to(DType::f32), ta, tb).to(a_in.dtype());
-  ops_detail::check_numeric(a_in, "matmul");
+  if (is_half(a_in.dtype()) && !backend_for(a_in.device(), "matmul").runs_16bit_products(a_in.dtype()))
+    return matmul(a_in.to(DType::f32), b_in.to(DType::f32), ta, tb).to(a_in.dtype());
+  if (!is_half(a_in.dtype())) ops_detail::check_numeric(a_in, "matmul");  // 16-bit: the backend's own
   TANDEM_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: operands must have at least 1 dimension, got ",
                a_in.description(), " and ", b_in.description());
   // 1-D operands: a vector on the left is a row, on the right a column; transposing one is a no-op.
@@ -59,12 +60,13 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) {
 
 void matmul_accumulate_(Tensor& out, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   ops_detail::check_compatible({&out, &a, &b}, "matmul_accumulate_");
-  if (is_half(out.dtype())) {  // out + a @ b in f32, rounded once
+  if (is_half(out.dtype()) && !backend_for(out.device(), "matmul_accumulate_").runs_16bit_products(out.dtype())) {
+    // out + a @ b in f32, rounded once
     Tensor sum = out.to(DType::f32);
     matmul_accumulate_(sum, a.to(DType::f32), b.to(DType::f32), ta, tb);
     return ops_detail::narrow_into(out, sum);
   }
-  ops_detail::check_numeric(a, "matmul_accumulate_");
+  if (!is_half(a.dtype())) ops_detail::check_numeric(a, "matmul_accumulate_");  // 16-bit: the backend's own
   TANDEM_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2, "matmul_accumulate_: needs 2-D operands, got ",
                out.description(), " += ", a.description(), " @ ", b.description());
   const std::int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
