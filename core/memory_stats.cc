@@ -61,9 +61,13 @@ std::string host_memory_fields(const HostMemoryStats& s) {
   return text;
 }
 
+void release_free_malloc_memory() {
+  if (MallocExtension_ReleaseFreeMemory != nullptr) MallocExtension_ReleaseFreeMemory();
+}
+
 void release_cached_host_memory() {
   cpu::BlockCache::instance().clear();
-  if (MallocExtension_ReleaseFreeMemory != nullptr) MallocExtension_ReleaseFreeMemory();
+  release_free_malloc_memory();
 }
 
 }  // namespace tandem

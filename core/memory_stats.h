@@ -31,5 +31,7 @@ std::string host_memory_fields(const HostMemoryStats& stats);
 // pages. For the end of a phase whose buffers will not come back (a ZeRO setup that freed the full
 // copies, a model loaded and converted); a training loop would only fault them in again.
 void release_cached_host_memory();
+// Only tcmalloc's free pages (a loader's temporaries, freed); nothing where malloc is not tcmalloc.
+void release_free_malloc_memory();
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace tandem {
 
@@ -23,6 +24,14 @@ Example EmptyDataset::get_batch(const std::vector<std::int64_t>& indices) const 
 DatasetPtr create_empty_dataset(const DatasetPtr& dataset) {
   TANDEM_CHECK(dataset != nullptr, "create_empty_dataset: the dataset is null");
   return std::make_shared<EmptyDataset>(dataset->size());
+}
+
+DatasetPtr create_empty_dataset(const DatasetPtr& dataset, Communicator& comm, int root) {
+  // -1 from a root without a dataset, so that every rank fails together rather than waiting.
+  const double size = comm.rank() == root ? (dataset ? static_cast<double>(dataset->size()) : -1.0) : 0.0;
+  const double length = comm.bcast(full({}, size, DType::f64), root).item();
+  TANDEM_CHECK(length >= 0, "create_empty_dataset: the root (rank ", root, ") has no dataset (null)");
+  return std::make_shared<EmptyDataset>(static_cast<std::int64_t>(length));
 }
 
 }  // namespace tandem

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/transport/communicator.h"
 #include "data/dataset.h"
 
 namespace tandem {
@@ -34,5 +35,11 @@ class EmptyDataset final : public Dataset {
 // An EmptyDataset of dataset->size() examples. Only the length is read: the result does not keep
 // `dataset` alive and never touches its examples. A null dataset is an error.
 DatasetPtr create_empty_dataset(const DatasetPtr& dataset);
+
+// The same on every rank of `comm` with the length of the root's dataset, broadcast: only the
+// root needs the dataset (the others pass null), so a rank that reads no data need not load it
+// (ChainerMN's example loads it on every rank to learn its length). A collective: every rank
+// calls it. A null dataset on the root is an error on every rank.
+DatasetPtr create_empty_dataset(const DatasetPtr& dataset, Communicator& comm, int root = 0);
 
 }  // namespace tandem

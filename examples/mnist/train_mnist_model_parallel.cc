@@ -5,6 +5,7 @@
 // writes the same traffic with send/recv and the delegate variable by hand.
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/mnist/train_mnist_model_parallel --epoch 10
 #include <cstdio>
+#include <tuple>
 
 #include "comm/multi_node_data/empty_dataset.h"
 #include "comm/functions.h"
@@ -70,11 +71,11 @@ int main(int argc, char** argv) {
                "explicit, not '", form, "'");
   manual_seed(flags.get_int("seed") + rank);
 
-  auto [train, test] = examples::get_mnist(flags);
-  if (rank == 1) {  // rank 1 needs the number of steps, not the data
-    train = create_empty_dataset(train);
-    test = create_empty_dataset(test);
-  }
+  // Rank 1 needs the number of steps, not the data: it does not load it (the lengths are broadcast).
+  DatasetPtr train, test;
+  if (rank == 0) std::tie(train, test) = examples::get_mnist(flags);
+  DatasetPtr empty_train = create_empty_dataset(train, *comm), empty_test = create_empty_dataset(test, *comm);
+  if (rank == 1) train = empty_train, test = empty_test;
   std::shared_ptr<Link> model;  // rank 0: the predictor, then the loss; rank 1: returns the delegate variable
   if (form == "explicit" && rank == 0) model = std::make_shared<ExplicitRank0>(comm, units);
   if (form == "explicit" && rank == 1) model = std::make_shared<ExplicitRank1>(comm, units);

@@ -474,3 +474,27 @@ TEST_CASE("parse_idx never reads out of bounds: every prefix and random corrupti
   REQUIRE(parsed > 0);
   REQUIRE(rejected > 0);
 }
+
+TEST_CASE("read_file_maybe_gzip reads every byte whatever the file announces: one member, several, plain") {
+  const std::string dir = fresh_dir("announced");
+  Bytes first, second;
+  for (int i = 0; i < 5 * (1 << 20) + 3; ++i) first.push_back(static_cast<std::uint8_t>(i * 7 + i / 255));
+  for (int i = 0; i < 3 * (1 << 20) + 1; ++i) second.push_back(static_cast<std::uint8_t>(i * 13));
+  Bytes both = first;
+  both.insert(both.end(), second.begin(), second.end());
+  // One member: its trailer gives the exact length, read in place.
+  write_gz(dir + "/one.gz", first);
+  REQUIRE(read_file_maybe_gzip(dir + "/one.gz") == first);
+  // Two members (gzopen "ab" appends one): the last trailer announces the second's length only,
+  // so reading goes on past the announced size.
+  write_gz(dir + "/two.gz", first);
+  gzFile file = gzopen((dir + "/two.gz").c_str(), "ab");
+  REQUIRE(file != nullptr);
+  REQUIRE(gzwrite(file, second.data(), static_cast<unsigned>(second.size())) == static_cast<int>(second.size()));
+  REQUIRE(gzclose(file) == Z_OK);
+  REQUIRE(read_file_maybe_gzip(dir + "/two.gz") == both);
+  write_plain(dir + "/plain", both);
+  REQUIRE(read_file_maybe_gzip(dir + "/plain") == both);
+  write_plain(dir + "/empty", {});
+  REQUIRE(read_file_maybe_gzip(dir + "/empty").empty());
+}

@@ -168,3 +168,15 @@ TEST_CASE("create_empty_dataset beside a scattered dataset: the same iterations,
   }
   REQUIRE_FALSE(none.has_next());
 }
+
+TEST_CASE("create_empty_dataset over a communicator: the root's length on every rank, the data only on the root") {
+  Communicator& comm = world();
+  for (int root : {0, comm.size() - 1}) {
+    const DatasetPtr data = comm.rank() == root ? numbered(37 + root) : nullptr;
+    const DatasetPtr empty = create_empty_dataset(data, comm, root);
+    REQUIRE(empty->size() == 37 + root);
+    REQUIRE(empty->get(0).empty());
+  }
+  // A root without a dataset: every rank fails, none waits.
+  REQUIRE_THROWS_WITH(create_empty_dataset(nullptr, comm, 0), Contains("the root (rank 0) has no dataset"));
+}
