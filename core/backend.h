@@ -178,6 +178,13 @@ class Backend {
   // overwritten, not added to.
   virtual void col2im(const Tensor& col, const Conv2DGeometry& g, Tensor& x) = 0;
 
+  // Whether the conv2d family runs this 16-bit dtype itself for the geometry (f32 sums, each
+  // result rounded once); otherwise the ops widen such operands to f32 (core/ops/half_compute.h).
+  virtual bool runs_16bit_convolutions(DType dtype, const Conv2DGeometry& g, std::int64_t out_channels,
+                                       std::int64_t groups) const {
+    return false;
+  }
+
   // Convolution of x [N, C, H, W] (geometry g, g.channels = C) with W [O, C / groups, kernel_h,
   // kernel_w] into y [N, O, out_h, out_w], plus b [O] when b is defined: y is overwritten.
   virtual void conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,

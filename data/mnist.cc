@@ -193,8 +193,8 @@ Tensor parse_idx(const std::uint8_t* data, std::size_t size, DType dtype, const 
 namespace {
 
 // The bytes a file will read as: a gzip file's trailer gives its data's length modulo 2^32 (one
-// member, as the MNIST files are; otherwise only a first guess), a plain file its own size; 0
-// when unknown.
+// member, as the MNIST files are; otherwise only a first guess), bounded by what deflate can
+// expand the file to; a plain file its own size; 0 when unknown.
 std::size_t announced_size(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return 0;
@@ -206,7 +206,10 @@ std::size_t announced_size(const std::string& path) {
   in.seekg(file_size - 4);
   in.read(reinterpret_cast<char*>(tail), 4);
   if (!in) return 0;
-  return std::size_t(tail[0]) | std::size_t(tail[1]) << 8 | std::size_t(tail[2]) << 16 | std::size_t(tail[3]) << 24;
+  const std::size_t announced =
+      std::size_t(tail[0]) | std::size_t(tail[1]) << 8 | std::size_t(tail[2]) << 16 | std::size_t(tail[3]) << 24;
+  // Deflate expands at most about 1032 to 1: a corrupt trailer must not reserve more than that.
+  return std::min(announced, std::size_t(file_size) * 1032);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/gemm_choice.h"
 #include "core/cpu/measured_choice.h"
 #include "core/cpu/onednn_conv.h"
 #include "core/cpu/parallel.h"
@@ -257,6 +258,13 @@ const char* const kConvKernelNames[] = {"im2col", "onednn", "winograd"};
 template <typename Run>
 ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int64_t out_channels,
                        std::int64_t groups, DType dtype, bool bias, const Run& run) {
+  // bf16 runs on oneDNN alone (CpuBackend::runs_16bit_convolutions: not in deterministic mode).
+  if (dtype == DType::bf16) {
+    TANDEM_CHECK(cpu::onednn_conv_supported(g, out_channels, groups, dtype), "conv2d (", direction,
+                 "): bf16 convolutions need oneDNN on a processor with bf16 dot products and a geometry it "
+                 "takes (the ops widen them to f32 otherwise)");
+    return ConvKernel::onednn;
+  }
   // Deterministic mode: im2col, whose products and sums run alike at any thread count.
   if (deterministic()) return ConvKernel::im2col;
   std::vector<ConvKernel> kernels = {ConvKernel::im2col};
@@ -306,6 +314,13 @@ ConvKernel conv_kernel(const char* direction, const Conv2DGeometry& g, std::int6
 }
 
 }  // namespace
+
+bool CpuBackend::runs_16bit_convolutions(DType dtype, const Conv2DGeometry& g, std::int64_t out_channels,
+                                         std::int64_t groups) const {
+  // Deterministic mode's convolutions are im2col's, alike at every thread count; oneDNN's are not.
+  return dtype == DType::bf16 && !deterministic() && cpu::bf16_products_native() &&
+         cpu::onednn_conv_supported(g, out_channels, groups, dtype);
+}
 
 void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g,
                                 std::int64_t groups, bool relu, Tensor& y) {

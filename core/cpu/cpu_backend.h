@@ -50,6 +50,9 @@ class CpuBackend final : public Backend {
   void col2im(const Tensor& col, const Conv2DGeometry& g, Tensor& x) override;
   void conv2d_relu(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
                    Tensor& y) override;
+  // bf16 on oneDNN where runs_16bit_products, outside deterministic mode.
+  bool runs_16bit_convolutions(DType dtype, const Conv2DGeometry& g, std::int64_t out_channels,
+                               std::int64_t groups) const override;
   void conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
               Tensor& y) override;
   void conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,

@@ -25,9 +25,11 @@ using tag = memory::format_tag;
 struct ConvDims {
   memory::dims src, weights, bias, dst, strides, dilates, pad_l, pad_r;
   bool grouped;
+  memory::data_type type;  // every operand's: f32, or bf16 (sums in f32, each result rounded once)
   bool ok = true;
 
-  ConvDims(const Conv2DGeometry& g, std::int64_t O, std::int64_t G) : grouped(G > 1) {
+  ConvDims(const Conv2DGeometry& g, std::int64_t O, std::int64_t G, DType dtype)
+      : grouped(G > 1), type(dtype == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32) {
     src = {g.batch, g.channels, g.height, g.width};
     weights = grouped ? memory::dims{G, O / G, g.channels / G, g.kernel_h, g.kernel_w}
                       : memory::dims{O, g.channels, g.kernel_h, g.kernel_w};
@@ -50,13 +52,11 @@ struct ConvDims {
     return 0;
   }
 
-  memory::desc any(const memory::dims& dims) const { return memory::desc(dims, memory::data_type::f32, tag::any); }
-  memory::desc plain_src() const { return memory::desc(src, memory::data_type::f32, tag::nchw); }
-  memory::desc plain_dst() const { return memory::desc(dst, memory::data_type::f32, tag::nchw); }
-  memory::desc plain_weights() const {
-    return memory::desc(weights, memory::data_type::f32, grouped ? tag::goihw : tag::oihw);
-  }
-  memory::desc plain_bias() const { return memory::desc(bias, memory::data_type::f32, tag::x); }
+  memory::desc any(const memory::dims& dims) const { return memory::desc(dims, type, tag::any); }
+  memory::desc plain_src() const { return memory::desc(src, type, tag::nchw); }
+  memory::desc plain_dst() const { return memory::desc(dst, type, tag::nchw); }
+  memory::desc plain_weights() const { return memory::desc(weights, type, grouped ? tag::goihw : tag::oihw); }
+  memory::desc plain_bias() const { return memory::desc(bias, type, tag::x); }
 };
 
 // Every primitive brings its own scratchpad (core/cpu/onednn.h).
@@ -138,9 +138,29 @@ struct ConvKeyHash {
   }
 };
 
-ConvKey conv_key(int direction, const Conv2DGeometry& g, std::int64_t O, std::int64_t G, bool bias, bool relu = false) {
-  return {{direction, g.batch, g.channels, g.height, g.width, g.kernel_h, g.kernel_w, g.stride_y, g.stride_x, g.pad_y,
-           g.pad_x, g.dilate_y, g.dilate_x, g.out_h, g.out_w, O, G, bias ? 1 : 0, relu ? 1 : 0, onednn_threads()}};
+ConvKey conv_key(int direction, const ConvDims& d, const Conv2DGeometry& g, std::int64_t O, std::int64_t G, bool bias,
+                 bool relu = false) {
+  return {{direction,
+           g.batch,
+           g.channels,
+           g.height,
+           g.width,
+           g.kernel_h,
+           g.kernel_w,
+           g.stride_y,
+           g.stride_x,
+           g.pad_y,
+           g.pad_x,
+           g.dilate_y,
+           g.dilate_x,
+           g.out_h,
+           g.out_w,
+           O,
+           G,
+           bias ? 1 : 0,
+           relu ? 1 : 0,
+           onednn_threads(),
+           static_cast<std::int64_t>(d.type)}};
 }
 
 // A primitive with the layouts it chose for its operands.
@@ -175,21 +195,22 @@ struct Operand {
 
   // An input, read only.
   Operand(const memory::desc& plain_md, const memory::desc& wanted, const Tensor& t)
-      : Operand(plain_md, wanted, t, const_cast<float*>(t.data<float>())) {}
+      : Operand(plain_md, wanted, t, const_cast<void*>(t.raw_data())) {}
   // An output: the mutable access gives its storage a new version (core/storage.h).
   Operand(const memory::desc& plain_md, const memory::desc& wanted, Tensor& t)
-      : Operand(plain_md, wanted, t, t.data<float>()) {}
+      : Operand(plain_md, wanted, t, t.raw_data()) {}
 
-  Operand(const memory::desc& plain_md, const memory::desc& wanted, const Tensor& t, float* data) {
+  Operand(const memory::desc& plain_md, const memory::desc& wanted, const Tensor& t, void* data) {
     auto& engine = onednn_engine();
     plain = memory(plain_md, engine, data);
     if (wanted == plain_md) {
       inner = plain;
     } else {
       reordered = true;
+      // Raw bytes for the reordered copy, in f32 words whatever the operand's dtype.
       const auto floats = static_cast<std::int64_t>((wanted.get_size() + sizeof(float) - 1) / sizeof(float));
       buffer = Tensor({floats}, DType::f32, t.device());
-      inner = memory(wanted, engine, buffer.data<float>());
+      inner = memory(wanted, engine, buffer.raw_data());
     }
   }
 
@@ -204,15 +225,16 @@ struct Operand {
 }  // namespace
 
 bool onednn_conv_supported(const Conv2DGeometry& g, std::int64_t out_channels, std::int64_t groups, DType dtype) {
-  if (dtype != DType::f32 || groups < 1 || g.batch == 0 || g.out_h <= 0 || g.out_w <= 0) return false;
-  return ConvDims(g, out_channels, groups).ok;
+  const bool type_ok = dtype == DType::f32 || (dtype == DType::bf16 && onednn_native_bf16());
+  if (!type_ok || groups < 1 || g.batch == 0 || g.out_h <= 0 || g.out_w <= 0) return false;
+  return ConvDims(g, out_channels, groups, dtype).ok;
 }
 
 void onednn_conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DGeometry& g, std::int64_t groups,
                    bool relu, Tensor& y) {
-  const ConvDims d(g, W.size(0), groups);
+  const ConvDims d(g, W.size(0), groups, x.dtype());
   const bool with_bias = b.defined();
-  const ConvPrimitive p = cached(conv_key(0, g, W.size(0), groups, with_bias, relu), [&] {
+  const ConvPrimitive p = cached(conv_key(0, d, g, W.size(0), groups, with_bias, relu), [&] {
     const auto pd = make_forward(d, with_bias, relu);
     return ConvPrimitive{dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(),
                          pd.scratchpad_desc()};
@@ -226,7 +248,7 @@ void onednn_conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv
       {DNNL_ARG_WEIGHTS, weights.inner},
       {DNNL_ARG_DST, dst.inner},
       {DNNL_ARG_SCRATCHPAD, onednn_scratchpad(p.scratchpad)}};
-  if (with_bias) args[DNNL_ARG_BIAS] = memory(d.plain_bias(), onednn_engine(), const_cast<float*>(b.data<float>()));
+  if (with_bias) args[DNNL_ARG_BIAS] = memory(d.plain_bias(), onednn_engine(), const_cast<void*>(b.raw_data()));
   p.primitive.execute(s, args);
   dst.reorder_out(s);
   s.wait();
@@ -234,8 +256,8 @@ void onednn_conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv
 
 void onednn_conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeometry& g, std::int64_t groups,
                               Tensor& gx) {
-  const ConvDims d(g, W.size(0), groups);
-  const ConvPrimitive p = cached(conv_key(1, g, W.size(0), groups, false), [&] {
+  const ConvDims d(g, W.size(0), groups, gy.dtype());
+  const ConvPrimitive p = cached(conv_key(1, d, g, W.size(0), groups, false), [&] {
     const auto pd = make_backward_data(d);
     return ConvPrimitive{dnnl::convolution_backward_data(pd), pd.diff_src_desc(), pd.weights_desc(),
                          pd.diff_dst_desc(), pd.scratchpad_desc()};
@@ -255,8 +277,8 @@ void onednn_conv2d_grad_input(const Tensor& gy, const Tensor& W, const Conv2DGeo
 
 void onednn_conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Conv2DGeometry& g, std::int64_t groups,
                                Tensor& gW) {
-  const ConvDims d(g, gW.size(0), groups);
-  const ConvPrimitive p = cached(conv_key(2, g, gW.size(0), groups, false), [&] {
+  const ConvDims d(g, gW.size(0), groups, x.dtype());
+  const ConvPrimitive p = cached(conv_key(2, d, g, gW.size(0), groups, false), [&] {
     const auto pd = make_backward_weights(d);
     return ConvPrimitive{dnnl::convolution_backward_weights(pd), pd.src_desc(), pd.diff_weights_desc(),
                          pd.diff_dst_desc(), pd.scratchpad_desc()};

@@ -1,4 +1,5 @@
-// Convolution on oneDNN's direct kernels (forward, backward-data, backward-weights), f32, for the
+// Convolution on oneDNN's direct kernels (forward, backward-data, backward-weights), f32 (and bf16
+// where the processor has bf16 dot products: f32 sums, each result rounded once), for the
 // CPU backend's conv2d family (core/cpu/conv.cc), which picks among these, Winograd (winograd_conv.h)
 // and im2col + GEMM per geometry by measurement (core/cpu/measured_choice.h). Tensors stay in tandem's plain NCHW /
 // OIHW layout; oneDNN's blocked layouts live only inside a call (reorders in and out), which
@@ -13,7 +14,8 @@
 namespace tandem {
 namespace cpu {
 
-// Whether oneDNN can run this convolution here: a build with oneDNN, f32, and a geometry it takes.
+// Whether oneDNN can run this convolution here: a build with oneDNN, f32 (or bf16 with
+// onednn_native_bf16), and a geometry it takes. Every operand has the dtype.
 bool onednn_conv_supported(const Conv2DGeometry& g, std::int64_t out_channels, std::int64_t groups, DType dtype);
 
 // The three directions, with the CPU backend's contracts (y, gx and gW overwritten). Only when

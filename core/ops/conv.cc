@@ -49,9 +49,16 @@ ConvPlan plan_conv(const Shape& x_shape, const std::string& x_desc, const Shape&
 }
 
 void check_conv_operands(const Tensor& x, const Tensor& W, const Tensor& b, const char* op) {
-  ops_detail::check_floating(x, op);
+  if (!is_half(x.dtype())) ops_detail::check_floating(x, op);  // 16-bit: runs_16bit_convolutions said yes
   if (b.defined()) ops_detail::check_compatible({&x, &W, &b}, op);
   else ops_detail::check_compatible({&x, &W}, op);
+}
+
+// Whether the backend convolves this 16-bit operand itself for the geometry (else the op widens).
+bool native_16bit(const Tensor& t, const Shape& x_shape, const Shape& w_shape, const Conv2DParams& params,
+                  const char* op) {
+  const ConvPlan plan = plan_conv(x_shape, shape_str(x_shape), w_shape, shape_str(w_shape), params, op);
+  return backend_for(t.device(), op).runs_16bit_convolutions(t.dtype(), plan.g, plan.O, plan.G);
 }
 
 void check_gy(const Tensor& gy, const ConvPlan& plan, const Shape& x_shape, const std::string& w_desc,
@@ -139,7 +146,7 @@ Tensor col2im(const Tensor& col, const Shape& x_shape, std::int64_t kernel_h, st
 
 Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DParams& params, bool relu) {
   const char* op = "conv2d";
-  if (x.defined() && is_half(x.dtype()))
+  if (x.defined() && is_half(x.dtype()) && !(W.defined() && native_16bit(x, x.shape(), W.shape(), params, op)))
     return conv2d(x.to(DType::f32), ops_detail::widen(W), ops_detail::widen(b), params, relu).to(x.dtype());
   check_conv_operands(x, W, b, op);
   const ConvPlan plan = plan_conv(x.shape(), x.description(), W.shape(), W.description(), params, op);
@@ -157,9 +164,9 @@ Tensor conv2d(const Tensor& x, const Tensor& W, const Tensor& b, const Conv2DPar
 
 Tensor conv2d_grad_input(const Tensor& gy, const Tensor& W, const Shape& x_shape, const Conv2DParams& params) {
   const char* op = "conv2d_grad_input";
-  if (gy.defined() && is_half(gy.dtype()))
+  if (gy.defined() && is_half(gy.dtype()) && !(W.defined() && native_16bit(gy, x_shape, W.shape(), params, op)))
     return conv2d_grad_input(gy.to(DType::f32), ops_detail::widen(W), x_shape, params).to(gy.dtype());
-  ops_detail::check_floating(gy, op);
+  if (!is_half(gy.dtype())) ops_detail::check_floating(gy, op);
   ops_detail::check_compatible({&gy, &W}, op);
   const ConvPlan plan = plan_conv(x_shape, shape_str(x_shape), W.shape(), W.description(), params, op);
   check_gy(gy, plan, x_shape, W.description(), op);
@@ -171,9 +178,9 @@ Tensor conv2d_grad_input(const Tensor& gy, const Tensor& W, const Shape& x_shape
 
 Tensor conv2d_grad_weight(const Tensor& x, const Tensor& gy, const Shape& w_shape, const Conv2DParams& params) {
   const char* op = "conv2d_grad_weight";
-  if (x.defined() && is_half(x.dtype()))
+  if (x.defined() && is_half(x.dtype()) && !native_16bit(x, x.shape(), w_shape, params, op))
     return conv2d_grad_weight(x.to(DType::f32), ops_detail::widen(gy), w_shape, params).to(x.dtype());
-  ops_detail::check_floating(x, op);
+  if (!is_half(x.dtype())) ops_detail::check_floating(x, op);
   ops_detail::check_compatible({&x, &gy}, op);
   const ConvPlan plan = plan_conv(x.shape(), x.description(), w_shape, shape_str(w_shape), params, op);
   check_gy(gy, plan, x.shape(), shape_str(w_shape), op);

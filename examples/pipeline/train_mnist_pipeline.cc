@@ -20,16 +20,18 @@
 // pipeline.
 //
 //   bazel build //examples/pipeline:train_mnist_pipeline
-//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/train_mnist_pipeline --schedule 1f1b --microbatches 4 --epoch 1
-//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/train_mnist_pipeline --schedule interleaved --stages-per-rank 2
-//   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/pipeline/train_mnist_pipeline --data-parallel 2 --recompute
-//   bazel-bin/examples/pipeline/train_mnist_pipeline --epoch 1      # the same model in one process
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/train_mnist_pipeline --schedule 1f1b --microbatches 4
+//   --epoch 1 /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/train_mnist_pipeline --schedule interleaved
+//   --stages-per-rank 2 /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/pipeline/train_mnist_pipeline --data-parallel 2
+//   --recompute bazel-bin/examples/pipeline/train_mnist_pipeline --epoch 1      # the same model in one process
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/train_mnist_pipeline --profile --microbatches 8
 //       # one measured step beside the simulator's prediction, then exit
 //
 // Rank 0 prints the configuration, the per-epoch report and the final test accuracy; rank r > 0
 // writes its log and snapshots to <out>/rank<r>. --resume latest continues from the newest
-// snapshot that every rank completed (the same number of ranks and the same flags).
+// snapshot that every rank completed (the same number of ranks and the same flags). --dtype
+// mixed_bf16 / mixed_f16 trains under autocast (training/mixed_precision.h): products in 16 bits,
+// and the activations and their gradients cross between stages in 16 bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -37,17 +39,18 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
-#include "comm/multi_node_data/scatter_dataset.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
+#include "comm/multi_node_data/scatter_dataset.h"
+#include "comm/multi_node_training/multi_node_evaluator.h"
+#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/pipeline_training.h"
 #include "comm/pipeline/profile.h"
 #include "comm/pipeline/report.h"
 #include "comm/pipeline/schedule.h"
-#include "comm/multi_node_training/multi_node_evaluator.h"
-#include "comm/multi_node_training/multi_node_snapshot.h"
 #include "data/data.h"
 #include "examples/common/flags.h"
 #include "examples/mnist/mnist_common.h"
@@ -56,6 +59,7 @@
 #include "layers/links/linear.h"
 #include "layers/optimizers/adam.h"
 #include "training/extensions/evaluator.h"
+#include "training/mixed_precision.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -177,6 +181,7 @@ int main(int argc, char** argv) {
                 "to --out and exit (--profile alone: 1)");
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
+  examples::add_dtype_flag(flags);
   examples::add_communicator_flag(flags);
   std::vector<char*> args = expand_switches(argc, argv);
   const int status = examples::parse_command_line(
@@ -241,6 +246,13 @@ int main(int argc, char** argv) {
   std::shared_ptr<Optimizer> optimizer = std::make_shared<Adam>();
   if (data_parallel > 1) optimizer = create_multi_node_optimizer(optimizer, layout.data);
   optimizer->setup(pipe);
+  // mixed_f16: every rank skips a step whose gradients overflowed anywhere (each holds some stages),
+  // and the pipeline seeds backward with the scaler's scale. Activations cross the stages in 16 bits.
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  apply_precision(*optimizer, precision, [&world](double count) {
+    return world->size() == 1 ? count : world->allreduce(full({}, count, DType::f64)).item();
+  });
+  if (optimizer->loss_scaler()) pipe->set_loss_scaler(optimizer->loss_scaler());
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + layout.pipeline_index);
   auto test_iter = std::make_shared<SerialIterator>(test, batchsize, false, false);  // the real data on every rank
   auto updater = pipeline::create_pipeline_updater(train_iter, optimizer, pipe);
@@ -254,17 +266,19 @@ int main(int argc, char** argv) {
     trainer.extend(pipeline_evaluator);
   }
   if (rank == 0) {
-    std::printf("%s: %s; %lld pipeline(s) of %d rank(s), %lld stage(s) (hidden layers %s)%s; %lld train / %lld "
-                "test examples per pipeline; # layers: %lld x %lld units  # minibatch: %lld (%lld microbatches)  "
-                "# epoch: %lld\n",
-                kProgram, schedule.describe().c_str(), data_parallel, ranks, stages, split.c_str(),
-                recompute ? ", recompute" : "", static_cast<long long>(train->size()),
-                static_cast<long long>(test->size()), layers, units, batchsize, microbatches, epochs);
+    std::printf(
+        "%s: %s; %lld pipeline(s) of %d rank(s), %lld stage(s) (hidden layers %s)%s; %lld train / %lld "
+        "test examples per pipeline; # layers: %lld x %lld units  # minibatch: %lld (%lld microbatches)  "
+        "# epoch: %lld  # dtype: %s\n",
+        kProgram, schedule.describe().c_str(), data_parallel, ranks, stages, split.c_str(),
+        recompute ? ", recompute" : "", static_cast<long long>(train->size()), static_cast<long long>(test->size()),
+        layers, units, batchsize, microbatches, epochs, precision.name.c_str());
     std::fflush(stdout);
     examples::extend_with_report(trainer);
   }
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::epochs(1));
 
+  const AutocastScope autocast(precision.autocast);  // training, evaluation and --profile
   if (flags.get_int("profile") != 0) {
     profile(*pipe, *world, train, batchsize, examples::rank_out(flags, rank));
     return 0;

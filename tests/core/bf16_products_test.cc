@@ -1,6 +1,7 @@
-// bf16 products on the CPU: oneDNN's bf16 matmul where the processor has bf16 dot products
-// (CpuBackend::runs_16bit_products), the widened f32 product elsewhere or when TANDEM_GEMM names
-// another library. Either way each result is the f32 sum of exact bf16 products, rounded once;
+// bf16 products on the CPU: oneDNN's bf16 matmul and convolutions where the processor has bf16
+// dot products (CpuBackend::runs_16bit_products / runs_16bit_convolutions), the widened f32
+// product elsewhere, when TANDEM_GEMM names another library, and (convolutions) in deterministic
+// mode. Either way each result is the f32 sum of exact bf16 products, rounded once;
 // only the order of the f32 sums may differ between the two. Checked against f64 on the same
 // operands within half a bf16 ulp of the result plus the f32 sums' error bound
 // (k x 2^-24 x sum |a b|), at sizes where the library blocks k, with cancelling terms, transposed
@@ -104,4 +105,50 @@ TEST_CASE("bf16 products: f16 operands are widened (no native f16 products on th
   const Tensor a = bf16_operand({8, 40}, 10, -1, 1).to(DType::f16), b = bf16_operand({40, 6}, 11, -1, 1).to(DType::f16);
   REQUIRE(matmul(a, b).to_vector<double>() ==
           matmul(a.to(DType::f32), b.to(DType::f32)).to(DType::f16).to_vector<double>());
+}
+
+TEST_CASE("bf16 convolutions: forward (bias, ReLU), both gradients, within the format's bound of f64") {
+  struct Case {
+    Shape x, w;
+    Conv2DParams params;
+  };
+  for (const Case& c : {Case{{2, 16, 12, 12}, {24, 16, 3, 3}, Conv2DParams::make(1, 1)},
+                        Case{{3, 8, 15, 11}, {8, 4, 5, 3}, Conv2DParams::make(2, 2, 1, 2)},
+                        Case{{1, 6, 17, 17}, {5, 6, 3, 3}, Conv2DParams::make(1, 2, 2)}}) {
+    INFO("x " << c.x << " W " << c.w << " stride " << c.params.stride_y << " groups " << c.params.groups);
+    const Tensor x = bf16_operand(c.x, 12, -2, 2), W = bf16_operand(c.w, 13, -1, 1),
+                 b = bf16_operand({c.w[0]}, 14, -1, 1);
+    const Tensor x64 = x.to(DType::f64), W64 = W.to(DType::f64), b64 = b.to(DType::f64);
+    const std::int64_t terms = c.w[1] * c.w[2] * c.w[3] + 1;
+    const Tensor y = conv2d(x, W, b, c.params), exact = conv2d(x64, W64, b64, c.params);
+    const Tensor magnitude = conv2d(abs(x64), abs(W64), abs(b64), c.params);
+    check_against_f64(y, exact, magnitude, terms);
+    // ReLU inside the primitive, before the one rounding.
+    check_against_f64(conv2d(x, W, b, c.params, /*relu=*/true), relu(exact), magnitude, terms);
+
+    const Tensor gy = bf16_operand(y.shape(), 15, -1, 1), gy64 = gy.to(DType::f64);
+    check_against_f64(conv2d_grad_input(gy, W, c.x, c.params), conv2d_grad_input(gy64, W64, c.x, c.params),
+                      conv2d_grad_input(abs(gy64), abs(W64), c.x, c.params), c.w[0] * c.w[2] * c.w[3]);
+    const std::int64_t positions = c.x[0] * y.size(2) * y.size(3);
+    check_against_f64(conv2d_grad_weight(x, gy, c.w, c.params), conv2d_grad_weight(x64, gy64, c.w, c.params),
+                      conv2d_grad_weight(abs(x64), abs(gy64), c.w, c.params), positions);
+  }
+}
+
+TEST_CASE("bf16 convolutions: deterministic mode widens them (the same bits at every thread count)") {
+  const bool was = deterministic();
+  const int threads = max_threads();
+  set_deterministic(true);
+  const Tensor x = bf16_operand({4, 8, 20, 20}, 16, -1, 1), W = bf16_operand({16, 8, 3, 3}, 17, -1, 1);
+  const Tensor gy = bf16_operand({4, 16, 18, 18}, 18, -1, 1);
+  set_max_threads(1);
+  const std::vector<float> y1 = conv2d(x, W, Tensor()).to_vector<float>();
+  const std::vector<float> gw1 = conv2d_grad_weight(x, gy, W.shape()).to_vector<float>();
+  set_max_threads(2);
+  const std::vector<float> y2 = conv2d(x, W, Tensor()).to_vector<float>();
+  const std::vector<float> gw2 = conv2d_grad_weight(x, gy, W.shape()).to_vector<float>();
+  set_max_threads(threads);
+  set_deterministic(was);
+  REQUIRE(y1 == y2);
+  REQUIRE(gw1 == gw2);
 }
