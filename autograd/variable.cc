@@ -57,6 +57,15 @@ void Variable::set_data(const Tensor& data) {
   v.node->device = data.device();
 }
 
+void Variable::convert_data(DType dtype) {
+  VariableImpl& v = impl();
+  TANDEM_CHECK(is_floating(dtype) && v.data.defined() && is_floating(v.data.dtype()), "Variable::convert_data: ",
+               description(), " to ", dtype_name(dtype), ": both dtypes must be floating");
+  v.data = v.data.to(dtype);
+  v.node->dtype = dtype;  // what backward checks a gradient for this leaf against
+  v.grad = Tensor();
+}
+
 const Tensor& Variable::grad() const { return impl().grad; }
 
 void Variable::set_grad(const Tensor& grad) {

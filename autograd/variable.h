@@ -54,6 +54,10 @@ class Variable {
   const Tensor& data() const;
   // Replaces the data in place (optimizers); the shape and dtype must not change.
   void set_data(const Tensor& data);
+  // The data converted to another floating dtype, in place (Link::to(DType)); the gradient is
+  // dropped. Only for leaves outside any graph being recorded: a graph that saved the old data
+  // keeps it.
+  void convert_data(DType dtype);
   const Tensor& grad() const;  // undefined until a backward pass reaches this variable
   void set_grad(const Tensor& grad);
   void cleargrad();  // grad becomes undefined

@@ -209,6 +209,18 @@ Link& Link::to(const Device& device) {
   return *this;
 }
 
+Link& Link::to(DType dtype) {
+  TANDEM_CHECK(is_floating(dtype), type_name(), "::to(", dtype_name(dtype), "): parameters convert to a floating dtype");
+  for (auto& [path, param] : namedparams(/*include_uninitialized=*/true)) {
+    TANDEM_CHECK(param.defined() && param.data().defined(), type_name(), "::to(", dtype_name(dtype), "): parameter '",
+                 path, "' is not initialised yet (run a forward first, or give its link the input size)");
+    if (is_floating(param.data().dtype()) && param.data().dtype() != dtype) param.convert_data(dtype);
+  }
+  for (auto& [path, value] : namedpersistents())
+    if (value->defined() && is_floating(value->dtype())) *value = value->to(dtype);
+  return *this;
+}
+
 void Link::add_child(const std::string& name, LinkPtr child) {
   TANDEM_CHECK(child != nullptr, type_name(), ": child '", name, "' is null");
   TANDEM_CHECK(name.find('/') == std::string::npos && !name.empty(), type_name(), ": bad child name '", name, "'");

@@ -75,6 +75,12 @@ class Link {
   // shapes) are created there too. Returns *this. Optimizer state follows the parameters on
   // the next update.
   Link& to(const Device& device);
+  // Converts every floating parameter and persistent buffer of this link and its descendants to
+  // `dtype` (f32, f64, bf16 or f16; PyTorch's model.to(torch.bfloat16)), rounding once; the
+  // gradients are dropped. Before the optimizer's setup: an optimizer keeps f32 master copies of
+  // 16-bit parameters (layers/optimizers/optimizer.h). A parameter not initialised yet is an error
+  // naming it (it would be created in the link's own dtype). Returns *this.
+  Link& to(DType dtype);
   // The device the link's parameters live on (cpu until to() moves them).
   const Device& device() const { return device_; }
 

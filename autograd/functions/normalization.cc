@@ -64,8 +64,9 @@ class BatchNormalization : public FunctionNode {
       gx = batch_norm_grad_x(gy, x, gamma, mean, invstd, sum_gy, sum_gy_xmu,
                              static_cast<double>(per_channel_count(x)));
     }
-    if (needs_input_grad(1)) ggamma = mul(sum_gy_xmu, invstd);
-    if (needs_input_grad(2)) gbeta = sum_gy;
+    // The sums are f32 for 16-bit inputs (core/ops/normalization.h): rounded once to the parameters' dtype.
+    if (needs_input_grad(1)) ggamma = mul(sum_gy_xmu, invstd).to(gamma.dtype());
+    if (needs_input_grad(2)) gbeta = sum_gy.to(gamma.dtype());
     return {gx, ggamma, gbeta};
   }
 
@@ -107,11 +108,12 @@ class FixedBatchNormalization : public FunctionNode {
     if (needs_input_grad(0)) out[0] = channel_affine(gy, scale, zeros_like(scale));
     if (needs_input_grad(1) || needs_input_grad(2) || needs_input_grad(3) || needs_input_grad(4)) {
       const auto [sum_gy, sum_gy_xmu] = batch_norm_backward_sums(gy, x, mean);
-      if (needs_input_grad(1)) out[1] = mul(sum_gy_xmu, invstd);
-      if (needs_input_grad(2)) out[2] = sum_gy;
+      // The sums are f32 for 16-bit inputs: each gradient rounded once to its input's dtype.
+      if (needs_input_grad(1)) out[1] = mul(sum_gy_xmu, invstd).to(gamma.dtype());
+      if (needs_input_grad(2)) out[2] = sum_gy.to(gamma.dtype());
       // y depends on mean through -(scale * mean) and on var through invstd = (var + eps)^-1/2.
-      if (needs_input_grad(3)) out[3] = neg(mul(sum_gy, scale));
-      if (needs_input_grad(4)) out[4] = mul(mul(scale, square(invstd)), mul(sum_gy_xmu, -0.5));
+      if (needs_input_grad(3)) out[3] = neg(mul(sum_gy, scale)).to(mean.dtype());
+      if (needs_input_grad(4)) out[4] = mul(mul(scale, square(invstd)), mul(sum_gy_xmu, -0.5)).to(mean.dtype());
     }
     return out;
   }

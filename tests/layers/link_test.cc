@@ -4,6 +4,7 @@
 #include "autograd/functions.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"
+#include "layers/links/batch_normalization.h"
 #include "layers/links/classifier.h"
 #include "layers/links/identity.h"
 #include "layers/links/linear.h"
@@ -203,4 +204,33 @@ TEST_CASE("to(device) keeps parameters on the CPU and refuses a GPU this build o
     for (const Variable& p : mlp->params()) REQUIRE(p.data().device() == Device::cpu());
     REQUIRE((*mlp)(Variable(ones({2, 4}))).shape() == Shape{2, 3});
   }
+}
+
+TEST_CASE("Link::to(dtype): parameters and persistent buffers converted, rounded once; uninitialised ones an error") {
+  auto chain = std::make_shared<Chain>();
+  auto linear = std::make_shared<Linear>(3, 2);
+  auto bn = std::make_shared<BatchNormalization>(2);
+  chain->add_link("l", linear);
+  chain->add_link("bn", bn);
+  const std::vector<float> w = linear->W().data().to_vector<float>();
+  linear->W().set_grad(ones({2, 3}));
+  chain->to(DType::bf16);
+  for (const auto& [name, param] : chain->namedparams()) {
+    INFO(name);
+    REQUIRE(param.data().dtype() == DType::bf16);
+    REQUIRE_FALSE(param.grad().defined());  // dropped with the old dtype
+  }
+  for (const auto& [name, value] : chain->namedpersistents()) {
+    INFO(name);
+    if (is_floating(value->dtype())) REQUIRE(value->dtype() == DType::bf16);
+  }
+  REQUIRE(linear->W().data().to_vector<double>() == from_vector(w).to(DType::bf16).to_vector<double>());
+  // Backward reaches the converted leaves in their new dtype.
+  Variable y = (*bn)((*linear)(Variable(ones({4, 3}, DType::bf16))));
+  functions::sum(y).backward();
+  REQUIRE(linear->W().grad().dtype() == DType::bf16);
+
+  auto lazy = std::make_shared<Linear>(-1, 2);
+  REQUIRE_THROWS_WITH(lazy->to(DType::bf16), Catch::Contains("parameter 'W' is not initialised yet"));
+  REQUIRE_THROWS_WITH(linear->to(DType::i32), Catch::Contains("floating dtype"));
 }
