@@ -23,10 +23,14 @@ PolicyTable& policy_table() {
     for (const char* name : {"linear", "matmul", "convolution_2d", "n_step_lstm"})
       made->entries[name] = AutocastPolicy::lower;
     for (const char* name :
-         {"softmax", "log_softmax", "scaled_softmax", "softmax_cross_entropy", "vocab_parallel_softmax_cross_entropy",
+         {"softmax", "log_softmax", "softmax_cross_entropy", "vocab_parallel_softmax_cross_entropy",
           "mean_squared_error", "layer_normalization", "batch_normalization", "fixed_batch_normalization",
           "multi_node_batch_normalization", "sum", "mean", "exp", "log", "pow", "rdiv"})
       made->entries[name] = AutocastPolicy::f32;
+    // Attention's softmax runs in its scores' dtype: the kernel computes in f32 and rounds each
+    // probability once (what the next product would have rounded them to), so a bf16 attention
+    // keeps bf16 probabilities for backward instead of f32 ones beside their bf16 copy.
+    made->entries["scaled_softmax"] = AutocastPolicy::promote;
     made->entries["cast"] = AutocastPolicy::as_given;
     return made;
   }();

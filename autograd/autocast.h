@@ -6,8 +6,9 @@
 //            16-bit inputs are cast to the scope's dtype;
 //   f32      what needs range or many terms (softmax and its log, the losses, normalisation,
 //            sum and mean, exp, log, pow): 16-bit inputs are cast to f32;
-//   promote  everything else (add, mul, concat, ...): floating inputs of different dtypes are
-//            cast to the widest of them (bf16 with f16 to f32), single inputs run as they are;
+//   promote  everything else (add, mul, concat, attention's scaled_softmax, whose kernel computes
+//            in f32 and rounds each probability once, ...): floating inputs of different dtypes
+//            are cast to the widest of them (bf16 with f16 to f32), single inputs run as they are;
 //   as_given nothing is cast (cast itself).
 // f64 inputs are never lowered, as in PyTorch. docs/mixed-precision.md has the table;
 // autocast_policies() lists it and set_autocast_policy changes an entry (say, attention's

@@ -153,7 +153,9 @@ void Link::add_uninitialized_param(const std::string& name) {
 Variable& Link::initialize_param(const std::string& name, const Tensor& value) {
   Variable& slot = params_[param_index(name)].second;
   // Initialisers draw on the host; a link already moved to a device keeps its parameters there.
-  slot = Variable(value.to(device_), true, name);
+  Tensor placed = value.to(device_);
+  if (dtype_ && is_floating(placed.dtype()) && placed.dtype() != *dtype_) placed = placed.to(*dtype_);  // to(DType)
+  slot = Variable(placed, true, name);
   slot.node()->parameter = true;
   return slot;
 }
@@ -211,13 +213,13 @@ Link& Link::to(const Device& device) {
 
 Link& Link::to(DType dtype) {
   TANDEM_CHECK(is_floating(dtype), type_name(), "::to(", dtype_name(dtype), "): parameters convert to a floating dtype");
-  for (auto& [path, param] : namedparams(/*include_uninitialized=*/true)) {
-    TANDEM_CHECK(param.defined() && param.data().defined(), type_name(), "::to(", dtype_name(dtype), "): parameter '",
-                 path, "' is not initialised yet (run a forward first, or give its link the input size)");
-    if (is_floating(param.data().dtype()) && param.data().dtype() != dtype) param.convert_data(dtype);
-  }
-  for (auto& [path, value] : namedpersistents())
-    if (value->defined() && is_floating(value->dtype())) *value = value->to(dtype);
+  for (auto& [name, param] : params_)
+    if (param.defined() && is_floating(param.data().dtype()) && param.data().dtype() != dtype)
+      param.convert_data(dtype);
+  for (auto& [name, value] : persistents_)
+    if (value.defined() && is_floating(value.dtype())) value = value.to(dtype);
+  for (auto& [name, child] : children_) child->to(dtype);
+  dtype_ = dtype;
   return *this;
 }
 
@@ -228,6 +230,7 @@ void Link::add_child(const std::string& name, LinkPtr child) {
     TANDEM_CHECK(entry.first != name, type_name(), ": child '", name, "' registered twice");
   child->set_train(train_);
   if (child->device() != device_) child->to(device_);
+  if (dtype_) child->to(*dtype_);
   children_.emplace_back(name, std::move(child));
 }
 
@@ -237,6 +240,7 @@ void Link::replace_child(const std::string& name, LinkPtr link) {
     if (entry.first != name) continue;
     link->set_train(train_);
     if (link->device() != device_) link->to(device_);
+    if (dtype_) link->to(*dtype_);
     entry.second = std::move(link);
     return;
   }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,8 +79,8 @@ class Link {
   // Converts every floating parameter and persistent buffer of this link and its descendants to
   // `dtype` (f32, f64, bf16 or f16; PyTorch's model.to(torch.bfloat16)), rounding once; the
   // gradients are dropped. Before the optimizer's setup: an optimizer keeps f32 master copies of
-  // 16-bit parameters (layers/optimizers/optimizer.h). A parameter not initialised yet is an error
-  // naming it (it would be created in the link's own dtype). Returns *this.
+  // 16-bit parameters (layers/optimizers/optimizer.h). Parameters initialised later (lazy shapes)
+  // and links added later are converted too. Returns *this.
   Link& to(DType dtype);
   // The device the link's parameters live on (cpu until to() moves them).
   const Device& device() const { return device_; }
@@ -126,6 +127,7 @@ class Link {
   std::vector<std::pair<std::string, Variable>> params_;
   std::vector<std::pair<std::string, Tensor>> persistents_;
   Device device_ = Device::cpu();
+  std::optional<DType> dtype_;  // set by to(DType): what later parameters are created in
   std::vector<std::pair<std::string, LinkPtr>> children_;
   bool train_ = true;
 };

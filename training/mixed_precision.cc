@@ -6,7 +6,7 @@
 
 namespace tandem {
 
-const char* training_precision_choices() { return "f32|mixed_bf16|mixed_f16"; }
+const char* training_precision_choices() { return "f32|mixed_bf16|mixed_f16|bf16|f16"; }
 
 TrainingPrecision training_precision(const std::string& name) {
   TrainingPrecision precision;
@@ -21,7 +21,16 @@ TrainingPrecision training_precision(const std::string& name) {
     precision.loss_scaling = true;
     return precision;
   }
+  if (name == "bf16" || name == "f16") {
+    precision.autocast = precision.parameters = name == "bf16" ? DType::bf16 : DType::f16;
+    precision.loss_scaling = name == "f16";
+    return precision;
+  }
   TANDEM_FAIL("--dtype: unknown precision '", name, "' (choose ", training_precision_choices(), ")");
+}
+
+void convert_model(Link& model, const TrainingPrecision& precision) {
+  if (precision.parameters) model.to(*precision.parameters);
 }
 
 void apply_precision(Optimizer& optimizer, const TrainingPrecision& precision, std::function<double(double)> agree) {

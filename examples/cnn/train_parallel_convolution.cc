@@ -120,9 +120,10 @@ int main(int argc, char** argv) {
   const Device device = examples::training_device(flags, "train_parallel_convolution", comm->intra_rank());
   comm->set_device(device);
   model->to(device);
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  convert_model(*model, precision);
   optimizer->setup(model);
   // Every rank skips a step whose gradients overflowed on any rank (mixed_f16): each holds a share.
-  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
   apply_precision(*optimizer, precision, [comm](double count) {
     return comm->size() == 1 ? count : comm->allreduce(full({}, count, DType::f64)).item();
   });

@@ -145,8 +145,9 @@ void add_communicator_flag(Flags& flags) {
 
 void add_dtype_flag(Flags& flags) {
   flags.add_string("dtype", "f32",
-                   "training precision: f32, mixed_bf16 (f32 parameters, products in bf16) or mixed_f16 (the same "
-                   "in f16, with dynamic loss scaling)");
+                   "training precision: f32, mixed_bf16 (f32 parameters, products in bf16), mixed_f16 (the same "
+                   "in f16, with dynamic loss scaling), bf16 or f16 (the parameters too in 16 bits, f32 master "
+                   "copies in the optimizer)");
 }
 
 }  // namespace examples

@@ -41,6 +41,7 @@
 #include "comm/pipeline/layout.h"
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/schedule.h"
+#include "core/memory_stats.h"
 #include "data/data.h"
 #include "data/text_corpus.h"
 #include "examples/common/flags.h"
@@ -200,9 +201,10 @@ int main(int argc, char** argv) {
   } else if (dp > 1) {
     optimizer = create_multi_node_optimizer(optimizer, layout.data);
   }
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  convert_model(*pipe, precision);
   optimizer->setup(pipe);
   // Every rank skips a step whose gradients overflowed on any rank (mixed_f16).
-  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
   apply_precision(*optimizer, precision, [world](double count) {
     return world->size() == 1 ? count : world->allreduce(full({}, count, DType::f64)).item();
   });
@@ -282,6 +284,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  // Where rank 0's memory went (core/memory_stats.h): the figures docs/mixed-precision.md quotes.
+  if (rank == 0) std::printf("memory: %s\n", host_memory_fields(host_memory_stats()).c_str());
   const long long length = flags.get_int("sample-length");
   if (length > 0) {
     const std::string text = sample(*pipe, corpus.vocabulary, flags.get_string("prompt"), length, config.context,

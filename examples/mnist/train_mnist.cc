@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
     auto model = std::make_shared<Classifier>(std::make_shared<examples::MLP>(units, 10));
     model->to(device);
     auto optimizer = std::make_shared<Adam>();
+    convert_model(*model, precision);
     optimizer->setup(model);
     apply_precision(*optimizer, precision);
     auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true,

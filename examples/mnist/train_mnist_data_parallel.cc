@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   const Device device = examples::training_device(flags, "train_mnist_data_parallel", comm->intra_rank());
   comm->set_device(device);
   model->to(device);
+  convert_model(*model, precision);
   optimizer->setup(model);
   std::shared_ptr<Iterator> train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed + rank);
   if (global_batches)

@@ -245,10 +245,11 @@ int main(int argc, char** argv) {
   }
   std::shared_ptr<Optimizer> optimizer = std::make_shared<Adam>();
   if (data_parallel > 1) optimizer = create_multi_node_optimizer(optimizer, layout.data);
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  convert_model(*pipe, precision);
   optimizer->setup(pipe);
   // mixed_f16: every rank skips a step whose gradients overflowed anywhere (each holds some stages),
   // and the pipeline seeds backward with the scaler's scale. Activations cross the stages in 16 bits.
-  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
   apply_precision(*optimizer, precision, [&world](double count) {
     return world->size() == 1 ? count : world->allreduce(full({}, count, DType::f64)).item();
   });

@@ -224,9 +224,10 @@ int main(int argc, char** argv) {
   const Device device = examples::training_device(flags, "seq2seq_model_parallel", comm->intra_rank());
   comm->set_device(device);
   model->to(device);
+  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
+  convert_model(*model, precision);
   optimizer->setup(model);
   // Both ranks skip a step whose gradients overflowed on either (mixed_f16): each holds half the model.
-  const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
   apply_precision(*optimizer, precision,
                   [comm](double count) { return comm->allreduce(full({}, count, DType::f64)).item(); });
   // The same seed on both ranks: the same order of pairs, so rank 1 decodes what rank 0 encoded.

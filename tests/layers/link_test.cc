@@ -206,7 +206,7 @@ TEST_CASE("to(device) keeps parameters on the CPU and refuses a GPU this build o
   }
 }
 
-TEST_CASE("Link::to(dtype): parameters and persistent buffers converted, rounded once; uninitialised ones an error") {
+TEST_CASE("Link::to(dtype): parameters and persistent buffers converted, rounded once; lazy ones created so") {
   auto chain = std::make_shared<Chain>();
   auto linear = std::make_shared<Linear>(3, 2);
   auto bn = std::make_shared<BatchNormalization>(2);
@@ -230,7 +230,10 @@ TEST_CASE("Link::to(dtype): parameters and persistent buffers converted, rounded
   functions::sum(y).backward();
   REQUIRE(linear->W().grad().dtype() == DType::bf16);
 
+  // A lazy parameter is created in the dtype at its first forward.
   auto lazy = std::make_shared<Linear>(-1, 2);
-  REQUIRE_THROWS_WITH(lazy->to(DType::bf16), Catch::Contains("parameter 'W' is not initialised yet"));
+  lazy->to(DType::bf16);
+  REQUIRE((*lazy)(Variable(ones({1, 5}, DType::bf16))).data().dtype() == DType::bf16);
+  REQUIRE(lazy->W().data().dtype() == DType::bf16);
   REQUIRE_THROWS_WITH(linear->to(DType::i32), Catch::Contains("floating dtype"));
 }
