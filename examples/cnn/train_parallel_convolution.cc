@@ -142,13 +142,16 @@ int main(int argc, char** argv) {
     trainer.run();
   }
   const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
-  // Every rank takes part. The final figures are in f32 (outside the scope); a mixed run also
-  // reports them in its own precision, as its log's validation entries are.
-  const Observation final_metrics = evaluator->evaluate();
+  // Every rank takes part. The final figures are in f32 (outside the scope) where the parameters
+  // are f32; a run under autocast also reports them in its own precision, as its log's validation
+  // entries are (16-bit parameters: only so).
+  Observation final_metrics;
   std::optional<Observation> scoped_metrics;
+  if (!precision.parameters) final_metrics = evaluator->evaluate();
   if (precision.autocast) {
     const AutocastScope autocast(precision.autocast);
     scoped_metrics = evaluator->evaluate();
+    if (precision.parameters) final_metrics = *scoped_metrics;
   }
   if (rank == 0) {
     const double epochs_run = static_cast<double>(std::max<std::int64_t>(trainer.updater().epoch() - first_epoch, 1));

@@ -128,10 +128,8 @@ int main(int argc, char** argv) {
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
   examples::resume(trainer, *comm, flags, "train_mnist_data_parallel");
-  {
-    const AutocastScope autocast(precision.autocast);
-    trainer.run();
-  }
+  const AutocastScope autocast(precision.autocast);  // training and the evaluations
+  trainer.run();
   examples::print_final_metrics(evaluator->evaluate(), rank);
   return 0;
 }
