@@ -89,6 +89,12 @@ void Trainer::extend(std::shared_ptr<Extension> extension, Trigger trigger) {
   });
 }
 
+std::vector<std::shared_ptr<Extension>> Trainer::extensions() const {
+  std::vector<std::shared_ptr<Extension>> out;
+  for (const Entry& e : extensions_) out.push_back(e.extension);
+  return out;
+}
+
 bool Trainer::fires(const Trigger& trigger) const {
   if (trigger.unit == Trigger::Unit::iteration) return updater_->iteration() % trigger.period == 0;
   return updater_->is_new_epoch() && updater_->epoch() % trigger.period == 0;

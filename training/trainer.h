@@ -72,6 +72,11 @@ class Trainer {
   // Whether a trigger fires at the current iteration.
   bool fires(const Trigger& trigger) const;
 
+  // The extensions, in the order they run, and the time counted before a resume (for
+  // checkpoints other than save_snapshot's: comm/checkpoint/training_checkpoint.h).
+  std::vector<std::shared_ptr<Extension>> extensions() const;
+  void set_elapsed_before(double seconds) { elapsed_before_ = seconds; }
+
  private:
   struct Entry {
     std::shared_ptr<Extension> extension;
@@ -95,8 +100,8 @@ class Trainer {
 // The process whose MPI world rank is R (the launcher's PMI_RANK or OMPI_COMM_WORLD_RANK; 0
 // without a launcher) fails when it reaches `point` at iteration N:
 //   point=update (default): in Trainer::run, after iteration N's update, before its extensions;
-//   point=snapshot: in MultiNodeSnapshotWriter, after this rank's snapshot of iteration N is on
-//     disk and before the ranks agree that the snapshot is complete.
+//   point=snapshot: in MultiNodeSnapshotWriter (and a synchronous CheckpointWriter), after this
+//     rank's snapshot of iteration N is on disk and before the ranks agree that it is complete.
 //   action=throw (default): throws tandem::Error("injected fault (TANDEM_FAULT_INJECT) ...");
 //   action=kill: the process sends itself SIGKILL (a crash: no message, no cleanup).
 // Unset or empty: nothing happens. A malformed value is an error at the first check.
