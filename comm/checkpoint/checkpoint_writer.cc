@@ -47,9 +47,7 @@ void CheckpointWriter::operator()(Trainer& trainer) {
     finish_pending();
   }
   last_step_ = trainer.iteration();
-  last_stall_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  total_stall_ += last_stall_;
-  ++saves_;
+  stalls_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void CheckpointWriter::finalize(Trainer& trainer) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/checkpoint/training_checkpoint.h"
 
@@ -37,9 +38,10 @@ class CheckpointWriter final : public Extension {
 
   // The training time each save took from the loop (for async: planning and the copy to host
   // memory, plus any wait for the previous write), its total, and the saves so far.
-  double last_stall_seconds() const { return last_stall_; }
-  double total_stall_seconds() const { return total_stall_; }
-  int saves() const { return saves_; }
+  // The first async save also allocates the host copies (their pages are touched for the first
+  // time); later ones reuse the freed memory.
+  const std::vector<double>& stall_seconds() const { return stalls_; }
+  int saves() const { return static_cast<int>(stalls_.size()); }
   std::int64_t last_bytes() const { return last_bytes_; }  // this rank's file of the last save
   // The newest committed checkpoint ("" before the first commit).
   const std::string& last_committed() const { return last_committed_; }
@@ -51,8 +53,7 @@ class CheckpointWriter final : public Extension {
   CheckpointWriterOptions options_;
   std::unique_ptr<SavingCheckpoint> pending_;
   std::thread writer_;
-  double last_stall_ = 0, total_stall_ = 0;
-  int saves_ = 0;
+  std::vector<double> stalls_;
   std::int64_t last_bytes_ = 0, last_step_ = -1;
   std::string last_committed_;
 };

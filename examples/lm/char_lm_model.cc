@@ -119,6 +119,15 @@ void CharLMStage::sample_next(double temperature, Generator* generator) {
 
 Variable CharLMStage::logits(const Variable& rows) { return head_->forward((*final_norm_)(rows)); }
 
+Variable CharLMStage::logits_for(const Variable& ids) {
+  TANDEM_CHECK(first() && last() && !tensor_group_, "CharLMStage::logits_for: needs the whole model in one stage "
+               "without a tensor group (stage ", stage_, " of ", stages_, ")");
+  TANDEM_CHECK(ids.dim() == 2, "CharLMStage::logits_for: ids must be [B, T], got ", ids.description());
+  Variable h = position_->forward(token_->forward(ids));
+  for (const LinkPtr& block : blocks_) h = block->forward(h);
+  return F::reshape(logits(F::reshape(h, {-1, config_.dim})), {ids.shape()[0], ids.shape()[1], config_.vocabulary});
+}
+
 Variables CharLMStage::forward_many(const Variables& xs) {
   const std::size_t inputs = last() ? 2 : 1;
   TANDEM_CHECK(xs.size() == inputs, "CharLMStage ", stage_, " of ", stages_, ": takes ", inputs,

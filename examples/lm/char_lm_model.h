@@ -67,6 +67,10 @@ class CharLMStage : public Chain {
   // alike: give each the same seeded generator.
   void sample_next(double temperature, Generator* generator);
 
+  // The logits [B, T, V] of a whole model in one stage (stage 0 of 1, no tensor group) for ids
+  // i32 [B, T] (T <= context): what forward_many's loss is the cross-entropy of.
+  Variable logits_for(const Variable& ids);
+
   bool first() const { return stage_ == 0; }
   bool last() const { return stage_ == stages_ - 1; }
   int first_block() const { return first_block_; }

@@ -29,6 +29,8 @@
 // model (seeded; --temperature 0: greedy). <out>/log is the JSON log, <out>/loss.png its losses
 // plotted, <out>/vocabulary.txt the characters; snapshots every --snapshot-interval iterations,
 // --resume latest continues.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -315,12 +317,15 @@ int main(int argc, char** argv) {
     for (std::string prefix; std::getline(ignore, prefix, ',');)
       if (!prefix.empty()) load.ignore.push_back(prefix);
     CheckpointLoadStats stats;
+    const auto started = std::chrono::steady_clock::now();
     const std::int64_t step = load_training_checkpoint(*world, trainer, from, load, &stats);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const CheckpointManifest manifest = read_checkpoint_manifest(from);
     if (rank == 0)
-      std::printf("resumed from checkpoint %s at iteration %lld (saved by %d ranks: %s); rank 0 read %.2f MB\n",
+      std::printf("resumed from checkpoint %s at iteration %lld (saved by %d ranks: %s); rank 0 read %.2f MB in %.3f s\n",
                   from.c_str(), static_cast<long long>(step), manifest.ranks,
-                  manifest.info.count("layout") ? manifest.info.at("layout").c_str() : "?", stats.bytes_read / 1e6);
+                  manifest.info.count("layout") ? manifest.info.at("layout").c_str() : "?", stats.bytes_read / 1e6,
+                  seconds);
   }
   if (flags.get_int("precision-report") > 0) {
     TANDEM_CHECK(precision.autocast, kProgram,
@@ -348,11 +353,16 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  if (checkpoint_writer && rank == 0 && checkpoint_writer->saves() > 0)
-    std::printf("checkpoints: %d saved (%s) to %s; rank 0's last file %.2f MB; training stalled %.1f ms per save\n",
+  if (checkpoint_writer && rank == 0 && checkpoint_writer->saves() > 0) {
+    // The training time each save took: the first, and the median of the others.
+    std::vector<double> later(checkpoint_writer->stall_seconds().begin() + 1, checkpoint_writer->stall_seconds().end());
+    std::sort(later.begin(), later.end());
+    std::printf("checkpoints: %d saved (%s) to %s; rank 0's last file %.2f MB; training stalled %.1f ms by the first "
+                "save, %.1f ms (median) by the others\n",
                 checkpoint_writer->saves(), flags.get_int("checkpoint-async") ? "async" : "sync", checkpoints.c_str(),
-                checkpoint_writer->last_bytes() / 1e6,
-                1e3 * checkpoint_writer->total_stall_seconds() / checkpoint_writer->saves());
+                checkpoint_writer->last_bytes() / 1e6, 1e3 * checkpoint_writer->stall_seconds().front(),
+                later.empty() ? 0.0 : 1e3 * later[later.size() / 2]);
+  }
   // Where rank 0's memory went (core/memory_stats.h): the figures docs/mixed-precision.md quotes.
   if (rank == 0) std::printf("memory: %s\n", host_memory_fields(host_memory_stats()).c_str());
   const long long length = flags.get_int("sample-length");
