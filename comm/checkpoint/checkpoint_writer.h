@@ -43,6 +43,7 @@ class CheckpointWriter final : public Extension {
   const std::vector<double>& stall_seconds() const { return stalls_; }
   int saves() const { return static_cast<int>(stalls_.size()); }
   std::int64_t last_bytes() const { return last_bytes_; }  // this rank's file of the last save
+  const CheckpointWriterOptions& options() const { return options_; }
   // The newest committed checkpoint ("" before the first commit).
   const std::string& last_committed() const { return last_committed_; }
 

@@ -4,6 +4,7 @@
 
 #include "comm/pipeline/pipeline.h"
 #include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
+#include "core/hash.h"
 #include "core/kernel_choices.h"
 #include "core/random.h"
 #include "layers/serializers/npz.h"
@@ -112,12 +113,23 @@ ShardEntry whole_request(const CheckpointManifest& m, const std::string& name) {
   return piece(name, Tensor(t.shape, t.dtype));
 }
 
-// The model's parameters and buffers, to be loaded in place.
-std::vector<ShardEntry> model_requests(Link& model, const std::map<std::string, GlobalName>& names) {
+// The model's parameters and buffers, to be loaded in place. A lazily sized parameter (Linear(-1,
+// n) before its first forward) that is not split is created with the checkpoint's shape first.
+std::vector<ShardEntry> model_requests(Link& model, const std::map<std::string, GlobalName>& names,
+                                       const CheckpointManifest& m) {
   std::vector<ShardEntry> requests;
-  for (const auto& [path, param] : model.namedparams(true)) {
-    TANDEM_CHECK(param.defined(), "loading a checkpoint: the parameter '", path,
-                 "' has no shape yet (a lazily sized layer): run one forward pass before loading");
+  for (const auto& [path, lazy] : model.namedparams(true)) {
+    const GlobalName& g = global_of(names, path);
+    if (!lazy.defined()) {
+      const auto it = m.tensors.find("model/" + g.name);
+      TANDEM_CHECK(it != m.tensors.end() && g.split_axis < 0, "loading a checkpoint: the parameter '", path,
+                   "' has no shape yet (a lazily sized layer) and the checkpoint cannot give it one",
+                   it == m.tensors.end() ? " (it has no 'model/" + g.name + "')" : " (it is split over ranks)",
+                   ": run one forward pass before loading");
+      model.initialize_param_from(path, zeros(it->second.shape, it->second.dtype));
+    }
+  }
+  for (const auto& [path, param] : model.namedparams()) {
     const GlobalName& g = global_of(names, path);
     requests.push_back(piece("model/" + g.name, param.data(), &g));
   }
@@ -126,11 +138,33 @@ std::vector<ShardEntry> model_requests(Link& model, const std::map<std::string, 
   return requests;
 }
 
+NamedTensors iterator_tensors(const IteratorState& it) {
+  return {{"epoch", scalar(it.epoch)},
+          {"position", scalar(it.position)},
+          {"is_new_epoch", scalar(it.is_new_epoch)},
+          {"previous_epoch_detail", full({}, it.previous_epoch_detail, DType::f64)},
+          {"order", from_vector(it.order, {static_cast<std::int64_t>(it.order.size())})},
+          {"rng", string_to_tensor(it.rng)}};
+}
+
+// Whether every rank passed the same text (a collective).
+bool same_on_every_rank(Communicator& comm, const std::string& text) {
+  std::string verdict;
+  if (comm.rank() == 0) {
+    verdict = "1";
+    for (const std::string& other : comm.gather_obj(text, 0))
+      if (other != text) verdict = "0";
+  } else {
+    comm.gather_obj(text, 0);
+  }
+  return comm.bcast_obj(verdict, 0) == "1";
+}
+
 }  // namespace
 
 void load_model_checkpoint(Communicator& comm, Link& model, const std::string& directory) {
   const CheckpointManifest m = read_sharded_checkpoint_manifest(comm, directory);
-  std::vector<ShardEntry> requests = model_requests(model, global_parameter_names(model));
+  std::vector<ShardEntry> requests = model_requests(model, global_parameter_names(model), m);
   CheckpointLoadOptions options;
   for (const auto& [name, tensor] : m.tensors)
     if (name.rfind("model/", 0) != 0) options.ignore.push_back(name);
@@ -174,14 +208,19 @@ TrainingState training_state(Communicator& comm, Trainer& trainer) {
     e.end = u.end;
     state.entries.push_back(e);
   }
+  // The iterator: once when every rank iterates the same global batches, else per rank (a
+  // scattered dataset: such a checkpoint resumes only on as many ranks).
   const IteratorState it = trainer.updater().iterator().state();
-  state.entries.push_back(replicated("iterator/epoch", scalar(it.epoch)));
-  state.entries.push_back(replicated("iterator/position", scalar(it.position)));
-  state.entries.push_back(replicated("iterator/is_new_epoch", scalar(it.is_new_epoch)));
-  state.entries.push_back(replicated("iterator/previous_epoch_detail", full({}, it.previous_epoch_detail, DType::f64)));
-  state.entries.push_back(
-      replicated("iterator/order", from_vector(it.order, {static_cast<std::int64_t>(it.order.size())})));
-  state.entries.push_back(replicated("iterator/rng", string_to_tensor(it.rng)));
+  NamedTensors iterator = iterator_tensors(it);
+  Fnv1a64 digest;
+  for (const auto& [name, tensor] : iterator) digest.bytes(name).bytes(tensor.raw_data(), tensor.nbytes());
+  const bool global = same_on_every_rank(comm, digest_hex(digest.digest()));
+  const std::string prefix = global ? "iterator/" : "iterator/rank" + std::to_string(comm.rank()) + "/";
+  for (auto& [name, tensor] : iterator) {
+    ShardEntry e = piece(prefix + name, tensor);
+    e.check_replicas = global;
+    state.entries.push_back(e);
+  }
   state.entries.push_back(replicated("trainer/iteration", scalar(trainer.iteration())));
   const std::string me = "rank" + std::to_string(comm.rank());
   state.entries.push_back(piece("random/" + me, string_to_tensor(global_generator().state())));
@@ -209,7 +248,7 @@ std::int64_t load_training_checkpoint(Communicator& comm, Trainer& trainer, cons
   const std::shared_ptr<void> whole = trainer.gather_parameters();  // ZeRO-3: sharded again from the loaded values
   Link& model = trainer.model();
   const std::map<std::string, GlobalName> names = global_parameter_names(model);
-  std::vector<ShardEntry> requests = model_requests(model, names);
+  std::vector<ShardEntry> requests = model_requests(model, names, m);
   std::map<std::string, Variable> params;
   for (const auto& [path, param] : model.namedparams()) params[path] = param;
   // The optimizer: each parameter it updates (or slice of one) takes the states the checkpoint
@@ -229,10 +268,18 @@ std::int64_t load_training_checkpoint(Communicator& comm, Trainer& trainer, cons
       requests.push_back(e);
     }
   }
-  std::vector<std::string> whole_names = {
-      "optimizer/t",       "optimizer/epoch",       "iterator/epoch",
-      "iterator/position", "iterator/is_new_epoch", "iterator/previous_epoch_detail",
-      "iterator/order",    "iterator/rng",          "trainer/iteration"};
+  // The iterator: the global one, or this rank's (then only under as many ranks).
+  const bool global_iterator = m.tensors.count("iterator/epoch") > 0;
+  const std::string iterator = global_iterator ? "iterator/" : "iterator/rank" + std::to_string(comm.rank()) + "/";
+  TANDEM_CHECK(global_iterator || m.ranks == comm.size(), "load_training_checkpoint: ", directory, " was saved by ",
+               m.ranks,
+               " ranks each iterating its own share of the data (a scattered dataset): its data order "
+               "resumes only on ",
+               m.ranks, " ranks, not ", comm.size(),
+               " (a trainer whose ranks iterate the same global batches resumes on any number)");
+  std::vector<std::string> whole_names = {"optimizer/t", "optimizer/epoch", "trainer/iteration"};
+  for (const char* name : {"epoch", "position", "is_new_epoch", "previous_epoch_detail", "order", "rng"})
+    whole_names.push_back(iterator + name);
   for (const std::string& name : names_under(m, "optimizer/loss_scaler/", false)) whole_names.push_back(name);
   if (comm.rank() == 0) {
     whole_names.push_back("trainer/elapsed_time");
@@ -271,12 +318,12 @@ std::int64_t load_training_checkpoint(Communicator& comm, Trainer& trainer, cons
   for (const auto& [local, k] : optimizer_entries) state.emplace_back(local, requests[k].value);
   optimizer.load_state_dict(state);
   IteratorState it;
-  it.epoch = integer("iterator/epoch");
-  it.position = integer("iterator/position");
-  it.is_new_epoch = integer("iterator/is_new_epoch") != 0;
-  it.previous_epoch_detail = value("iterator/previous_epoch_detail").item();
-  it.order = value("iterator/order").to_vector<std::int64_t>();
-  it.rng = tensor_to_string(value("iterator/rng"));
+  it.epoch = integer(iterator + "epoch");
+  it.position = integer(iterator + "position");
+  it.is_new_epoch = integer(iterator + "is_new_epoch") != 0;
+  it.previous_epoch_detail = value(iterator + "previous_epoch_detail").item();
+  it.order = value(iterator + "order").to_vector<std::int64_t>();
+  it.rng = tensor_to_string(value(iterator + "rng"));
   trainer.updater().iterator().restore(it);
   trainer.updater().set_iteration(integer("trainer/iteration"));
   if (!ignored(options, "random/")) {

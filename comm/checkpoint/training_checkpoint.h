@@ -10,9 +10,10 @@
 //   optimizer/<name>/<key>   each parameter's state ("m", "v", an f32 "master"), whole however
 //                            ZeRO sliced it; optimizer/t, optimizer/epoch,
 //                            optimizer/loss_scaler/<key> (mixed_f16)
-//   iterator/...             the iterator's epoch, position, order and shuffling stream: every
-//                            rank must iterate the same global batches (each replica training on
-//                            its rows), so the data order continues under any layout
+//   iterator/...             the iterator's epoch, position, order and shuffling stream, when
+//                            every rank iterates the same global batches (each replica training
+//                            on its rows): the data order then continues under any layout; else
+//   iterator/rank<r>/...     each rank's (a scattered dataset), which resumes only on as many ranks
 //   trainer/iteration        the step; trainer/elapsed_time (rank 0's)
 //   random/rank<r>           each rank's default random stream (dropout, later initialisers)
 //   kernel_choices/rank<r>   the kernels each rank computed with (core/kernel_choices.h)

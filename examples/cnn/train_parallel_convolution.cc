@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
   examples::add_dtype_flag(flags);
   examples::add_communicator_flag(flags);
+  examples::add_checkpoint_flags(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_parallel_convolution", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -135,6 +136,9 @@ int main(int argc, char** argv) {
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
   examples::resume(trainer, *comm, flags, "train_parallel_convolution");
+  const auto checkpoint_writer =
+      examples::setup_checkpoints(trainer, comm, flags, "train_parallel_convolution",
+                                  "channel parallel over " + std::to_string(comm->size()) + " ranks");
   const std::int64_t first_epoch = trainer.updater().epoch();
   const auto start = std::chrono::steady_clock::now();
   {
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
     trainer.run();
   }
   const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+  examples::print_checkpoint_summary(checkpoint_writer.get(), rank);
   // Every rank takes part. The final figures are in f32 (outside the scope) where the parameters
   // are f32; a run under autocast also reports them in its own precision, as its log's validation
   // entries are (16-bit parameters: only so).

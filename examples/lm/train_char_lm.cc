@@ -38,7 +38,6 @@
 #include <vector>
 
 #include "autograd/autocast.h"
-#include "comm/checkpoint/checkpoint_writer.h"
 #include "comm/data_parallel/multi_node_optimizer.h"
 #include "comm/moe/mixture_of_experts.h"
 #include "comm/multi_node_training/multi_node_snapshot.h"
@@ -132,20 +131,7 @@ int main(int argc, char** argv) {
   flags.add_int("zero", 0,
                 "data parallelism: ZeRO stage (1: optimizer state, 2: and gradients, 3: and parameters sharded over "
                 "the replicas)");
-  flags.add_int("checkpoint-interval", 0,
-                "iterations between sharded checkpoints, loadable under any layout (0: none)");
-  flags.add_string("checkpoint-dir", "", "where sharded checkpoints go (empty: <out>/checkpoints)");
-  flags.add_int("checkpoint-keep", 0, "sharded checkpoints kept (0: all)");
-  flags.add_int("checkpoint-async", 0, "1: write checkpoints while training goes on");
-  flags.add_string("resume-checkpoint", "",
-                   "'latest' (in --checkpoint-dir) or a step_<N> directory: continue from a sharded checkpoint saved "
-                   "under any layout");
-  flags.add_string("init-checkpoint", "",
-                   "a step_<N> directory whose model weights (only) start the training, under any layout");
-  flags.add_string("checkpoint-ignore", "",
-                   "comma-separated name prefixes of a checkpoint's tensors to leave unloaded (e.g. random/)");
-  flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
-  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
+  examples::add_checkpoint_flags(flags);
   examples::add_dtype_flag(flags);
   flags.add_int("precision-report", 0,
                 "before training, print the N tensors of the first batch's step that differ most between f32 and "
@@ -285,48 +271,11 @@ int main(int argc, char** argv) {
   trainer.extend(create_multi_node_snapshot_writer(world), Trigger::iterations(flags.get_int("snapshot-interval")));
   examples::resume(trainer, *world, flags, kProgram);
   // Sharded checkpoints (comm/checkpoint): saved by every rank in parallel, loaded under any layout.
-  const std::string checkpoints = flags.get_string("checkpoint-dir").empty() ? flags.get_string("out") + "/checkpoints"
-                                                                             : flags.get_string("checkpoint-dir");
   char layout_text[160];
   std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x dp %lld, zero %d, %s, experts %lld over %lld", tp,
                 pp, dp, zero, schedule.describe().c_str(), static_cast<long long>(config.experts),
                 config.experts > 0 ? ep : 0LL);
-  std::shared_ptr<CheckpointWriter> checkpoint_writer;
-  if (flags.get_int("checkpoint-interval") > 0) {
-    CheckpointWriterOptions options;
-    options.root = checkpoints;
-    options.keep = static_cast<int>(flags.get_int("checkpoint-keep"));
-    options.async = flags.get_int("checkpoint-async") != 0;
-    options.info["layout"] = layout_text;
-    checkpoint_writer = std::make_shared<CheckpointWriter>(world, options);
-    trainer.extend(checkpoint_writer, Trigger::iterations(flags.get_int("checkpoint-interval")));
-  }
-  if (!flags.get_string("init-checkpoint").empty()) {
-    const std::shared_ptr<void> whole = trainer.gather_parameters();  // --zero 3: sharded again after
-    load_model_checkpoint(*world, *pipe, flags.get_string("init-checkpoint"));
-    if (rank == 0) std::printf("model weights from %s\n", flags.get_string("init-checkpoint").c_str());
-  }
-  if (!flags.get_string("resume-checkpoint").empty()) {
-    std::string from = flags.get_string("resume-checkpoint");
-    if (from == "latest") {
-      from = latest_sharded_checkpoint(*world, checkpoints);
-      TANDEM_CHECK(!from.empty(), kProgram, ": --resume-checkpoint latest: no complete checkpoint in ", checkpoints);
-    }
-    CheckpointLoadOptions load;
-    std::istringstream ignore(flags.get_string("checkpoint-ignore"));
-    for (std::string prefix; std::getline(ignore, prefix, ',');)
-      if (!prefix.empty()) load.ignore.push_back(prefix);
-    CheckpointLoadStats stats;
-    const auto started = std::chrono::steady_clock::now();
-    const std::int64_t step = load_training_checkpoint(*world, trainer, from, load, &stats);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const CheckpointManifest manifest = read_checkpoint_manifest(from);
-    if (rank == 0)
-      std::printf("resumed from checkpoint %s at iteration %lld (saved by %d ranks: %s); rank 0 read %.2f MB in %.3f s\n",
-                  from.c_str(), static_cast<long long>(step), manifest.ranks,
-                  manifest.info.count("layout") ? manifest.info.at("layout").c_str() : "?", stats.bytes_read / 1e6,
-                  seconds);
-  }
+  const auto checkpoint_writer = examples::setup_checkpoints(trainer, world, flags, kProgram, layout_text);
   if (flags.get_int("precision-report") > 0) {
     TANDEM_CHECK(precision.autocast, kProgram,
                  ": --precision-report compares --dtype mixed_bf16 or mixed_f16 with f32");
@@ -353,16 +302,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  if (checkpoint_writer && rank == 0 && checkpoint_writer->saves() > 0) {
-    // The training time each save took: the first, and the median of the others.
-    std::vector<double> later(checkpoint_writer->stall_seconds().begin() + 1, checkpoint_writer->stall_seconds().end());
-    std::sort(later.begin(), later.end());
-    std::printf("checkpoints: %d saved (%s) to %s; rank 0's last file %.2f MB; training stalled %.1f ms by the first "
-                "save, %.1f ms (median) by the others\n",
-                checkpoint_writer->saves(), flags.get_int("checkpoint-async") ? "async" : "sync", checkpoints.c_str(),
-                checkpoint_writer->last_bytes() / 1e6, 1e3 * checkpoint_writer->stall_seconds().front(),
-                later.empty() ? 0.0 : 1e3 * later[later.size() / 2]);
-  }
+  examples::print_checkpoint_summary(checkpoint_writer.get(), rank);
   // Where rank 0's memory went (core/memory_stats.h): the figures docs/mixed-precision.md quotes.
   if (rank == 0) std::printf("memory: %s\n", host_memory_fields(host_memory_stats()).c_str());
   const long long length = flags.get_int("sample-length");

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
                 "1: every rank iterates the same global batches of --batchsize x ranks examples and trains on its "
                 "rows of each (the run then computes the same steps on any number of ranks; with "
                 "TANDEM_DETERMINISTIC=1, bit for bit)");
+  examples::add_checkpoint_flags(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_data_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -128,8 +129,12 @@ int main(int argc, char** argv) {
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
   examples::resume(trainer, *comm, flags, "train_mnist_data_parallel");
+  const auto checkpoint_writer =
+      examples::setup_checkpoints(trainer, comm, flags, "train_mnist_data_parallel",
+                                  "dp " + std::to_string(comm->size()) + ", zero " + std::to_string(parallel.zero));
   const AutocastScope autocast(precision.autocast);  // training and the evaluations
   trainer.run();
+  examples::print_checkpoint_summary(checkpoint_writer.get(), rank);
   examples::print_final_metrics(evaluator->evaluate(), rank);
   return 0;
 }

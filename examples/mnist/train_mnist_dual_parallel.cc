@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from the newest snapshot that every rank completed");
   examples::add_communicator_flag(flags);
+  examples::add_checkpoint_flags(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_dual_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -116,7 +117,11 @@ int main(int argc, char** argv) {
   trainer.extend(create_multi_node_snapshot_writer(comm), Trigger::epochs(1));
 
   examples::resume(trainer, *comm, flags, "train_mnist_dual_parallel");
+  const auto checkpoint_writer =
+      examples::setup_checkpoints(trainer, comm, flags, "train_mnist_dual_parallel",
+                                  "dual parallel over " + std::to_string(comm->size()) + " ranks");
   trainer.run();
+  examples::print_checkpoint_summary(checkpoint_writer.get(), rank);
   examples::print_final_metrics(evaluator->evaluate(), rank);  // every rank takes part
   return 0;
 }

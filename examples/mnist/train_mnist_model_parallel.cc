@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   flags.add_string("form", "chainlist", "chainlist (MultiNodeChainList) or explicit (send/recv by hand)");
   flags.add_int("snapshot-interval", 0, "iterations between snapshots (0: one at the end of every epoch)");
   examples::add_communicator_flag(flags);
+  examples::add_checkpoint_flags(flags);
   const int status =
       examples::parse_command_line(flags, argc, argv, "train_mnist_model_parallel", {"batchsize", "epoch", "unit"});
   if (status >= 0) return status;
@@ -109,7 +110,10 @@ int main(int argc, char** argv) {
                  snapshot_interval > 0 ? Trigger::iterations(snapshot_interval) : Trigger::epochs(1));
   trainer.extend(create_multi_node_dump_graph(comm));  // both ranks' graphs in rank 0's out/cg.dot (and cg.svg)
   examples::resume(trainer, *comm, flags, "train_mnist_model_parallel");
+  const auto checkpoint_writer =
+      examples::setup_checkpoints(trainer, comm, flags, "train_mnist_model_parallel", "model parallel over 2 ranks");
   trainer.run();
+  examples::print_checkpoint_summary(checkpoint_writer.get(), rank);
   examples::print_final_metrics(evaluator->evaluate(), rank);  // both ranks take part
   return 0;
 }

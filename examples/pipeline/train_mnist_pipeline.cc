@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
   examples::add_dtype_flag(flags);
   examples::add_communicator_flag(flags);
+  examples::add_checkpoint_flags(flags);
   std::vector<char*> args = expand_switches(argc, argv);
   const int status = examples::parse_command_line(
       flags, static_cast<int>(args.size()), args.data(), kProgram,
@@ -285,7 +286,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   examples::resume(trainer, *world, flags, kProgram);
+  const auto checkpoint_writer = examples::setup_checkpoints(
+      trainer, world, flags, kProgram, schedule.describe() + ", dp " + std::to_string(data_parallel));
   trainer.run();
+  examples::print_checkpoint_summary(checkpoint_writer.get(), rank);
   const Observation metrics = multi_node_evaluator ? multi_node_evaluator->evaluate() : pipeline_evaluator->evaluate();
   examples::print_final_metrics(metrics, rank);  // every rank takes part
   return 0;
