@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
                 "data parallelism: ZeRO stage (1: optimizer state, 2: and gradients, 3: and parameters sharded over "
                 "the replicas)");
   examples::add_checkpoint_flags(flags);
+  flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
+  flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
   examples::add_dtype_flag(flags);
   flags.add_int("precision-report", 0,
                 "before training, print the N tensors of the first batch's step that differ most between f32 and "

@@ -125,6 +125,20 @@ PY
 done
 echo "${#pairs[@]} pairs: $exact bit for bit, $close by losses (with the state carried over bit for bit)"
 
+# 16 bits: mixed_f16's loss scaler and bf16's f32 master copies go from tp 2 to pp 2 bit for bit.
+for dtype in mixed_f16 bf16; do
+  train tp2 "$dtype" --iterations 2 --dtype "$dtype" || { cat "$t/$dtype.txt"; fail "$dtype"; }
+  train pp2 "$dtype-pp2" --iterations 2 --dtype "$dtype" --resume-checkpoint "$t/$dtype/ck/step_2" \
+    || { cat "$t/$dtype-pp2.txt"; fail "$dtype under pp2"; }
+  for prefix in model/ optimizer/ iterator/; do
+    "$tool" compare "$t/$dtype/ck/step_2" "$t/$dtype-pp2/ck/step_2" --prefix "$prefix" > "$t/cmp.txt" \
+      || { cat "$t/cmp.txt"; fail "$dtype: $prefix changed through pp2"; }
+  done
+done
+"$tool" inspect "$t/mixed_f16/ck/step_2" | grep -q "optimizer/loss_scaler/scale" || fail "no loss scale saved"
+"$tool" inspect "$t/bf16/ck/step_2" | grep -q "optimizer/block0/attention/qkv/W/master  *f32" || fail "no master copy"
+echo "mixed_f16 and bf16: the loss scaler and the master copies carried over"
+
 # Errors name the tensors: a dense checkpoint under the experts' model, a narrower model, and a
 # checkpoint whose tensors no rank takes.
 expect_error() {
