@@ -81,7 +81,14 @@ def hostfile_slots(path):
 
 
 def latest_checkpoint(root):
-    """The newest step_<N> directory of root with a manifest.json, or None."""
+    """The checkpoint committed last (root/latest names it), else the highest step_<N> directory of
+    root with a manifest.json, as (step, path); None when there is none."""
+    try:
+        named = open(os.path.join(root, "latest")).read().strip()
+        if re.fullmatch(r"step_\d+", named) and os.path.isfile(os.path.join(root, named, "manifest.json")):
+            return int(named[5:]), os.path.join(root, named)
+    except OSError:
+        pass
     best = None
     if os.path.isdir(root):
         for name in os.listdir(root):

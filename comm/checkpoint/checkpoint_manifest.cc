@@ -94,6 +94,19 @@ class Parser {
     }
     if (held != product(out.shape))
       fail(what + "'s chunks hold " + std::to_string(held) + " elements of its " + std::to_string(product(out.shape)));
+    // Every element once: the writer's chunks of a tensor have the same box (then their ranges do
+    // not meet) or boxes that do not meet.
+    for (std::size_t i = 0; i < out.chunks.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j) {
+        const ShardPlacement &a = out.chunks[i].placement, &b = out.chunks[j].placement;
+        const bool same_box = a.offsets == b.offsets && a.box == b.box;
+        bool boxes_meet = true;
+        for (std::size_t d = 0; d < a.box.size(); ++d)
+          boxes_meet = boxes_meet && a.offsets[d] < b.offsets[d] + b.box[d] && b.offsets[d] < a.offsets[d] + a.box[d];
+        if (same_box ? a.begin < b.end && b.begin < a.end && a.numel() > 0 && b.numel() > 0
+                     : boxes_meet && a.numel() > 0 && b.numel() > 0)
+          fail(what + ": chunks " + a.str() + " and " + b.str() + " overlap");
+      }
     return out;
   }
 
@@ -132,7 +145,13 @@ class Parser {
   Shape shape(const Json& v, const std::string& what) const {
     if (!v.is_array() || v.size() > 16) fail(what + " is not an array of at most 16 extents");
     Shape out;
-    for (const Json& e : v) out.push_back(number(e, what, 0, std::int64_t(1) << 48));
+    std::int64_t elements = 1;
+    for (const Json& e : v) {
+      out.push_back(number(e, what, 0, std::int64_t(1) << 48));
+      if (out.back() > 0 &&
+          (__builtin_mul_overflow(elements, out.back(), &elements) || elements > (std::int64_t(1) << 53)))
+        fail(what + " has more than 2^53 elements");
+    }
     return out;
   }
   std::uint64_t hex(const Json& v) const {

@@ -30,6 +30,8 @@ namespace tandem {
 
 inline constexpr const char* kCheckpointFormat = "tandem checkpoint 1";
 inline constexpr const char* kCheckpointManifestName = "manifest.json";
+// <root>/latest: "step_<N>", the checkpoint committed last (what --resume-checkpoint latest takes).
+inline constexpr const char* kLatestCheckpointName = "latest";
 inline constexpr std::int64_t kCheckpointBlockBytes = 1 << 20;
 
 struct CheckpointFile {

@@ -1,6 +1,7 @@
 #include "comm/checkpoint/shard_placement.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 
@@ -10,9 +11,12 @@ namespace tandem {
 
 namespace {
 
+// The number of elements; INT64_MAX when that overflows (a box read from a damaged manifest,
+// named in an error before it is rejected).
 std::int64_t product(const Shape& shape) {
   std::int64_t n = 1;
-  for (std::int64_t e : shape) n *= e;
+  for (std::int64_t e : shape)
+    if (__builtin_mul_overflow(n, e, &n)) return INT64_MAX;
   return n;
 }
 

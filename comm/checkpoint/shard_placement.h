@@ -24,7 +24,7 @@ struct ShardPlacement {
   std::int64_t begin = 0, end = 0;    // elements [begin, end) of the box, row-major
 
   std::int64_t numel() const { return end - begin; }
-  // "[0:4, 8:16][0:32]" (the box, then the range of its elements when not the whole box).
+  // "[0:4, 8:16][0:16]" (the box, then the range of its elements when not the whole box).
   std::string str() const;
   // The whole tensor as one piece.
   static ShardPlacement whole(const Shape& global);

@@ -111,7 +111,8 @@ void check_entries(const std::vector<ShardEntry>& entries, const char* operation
                                       0 <= e.split_index && e.split_index < e.split_count),
                  operation, ": '", e.name, "': split ", e.split_index, " of ", e.split_count, " along axis ",
                  e.split_axis, " of a box ", e.box);
-    const std::string key = e.name + "@" + std::to_string(e.begin);
+    const std::string key =
+        e.name + "@" + std::to_string(e.split_axis < 0 ? 0 : e.split_index) + "@" + std::to_string(e.begin);
     TANDEM_CHECK(seen.insert(key).second, operation, ": '", e.name, "' is given twice for the same elements");
   }
 }
@@ -424,6 +425,14 @@ class PieceReader {
   std::vector<Task> tasks_;
 };
 
+// The step of a complete checkpoint's directory name "step_<N>", or -1 for any other name.
+std::int64_t step_of(const std::string& base) {
+  if (base.size() <= 5 || base.size() > 23 || base.rfind("step_", 0) != 0 ||
+      base.find_first_not_of("0123456789", 5) != std::string::npos)
+    return -1;
+  return std::stoll(base.substr(5));
+}
+
 }  // namespace
 
 std::string checkpoint_directory(const std::string& root, std::int64_t step) {
@@ -542,16 +551,20 @@ std::string SavingCheckpoint::commit(Communicator& comm) {
     fs::remove_all(final_dir);  // the same step saved again (a resumed run)
     fs::rename(partial_, final_dir);
     sync_directory(root_);
+    // The newest checkpoint is the one committed last (a run resumed from an older one saves
+    // lower steps than some already there, which are then of another history).
+    write_file_atomically(root_ + "/" + kLatestCheckpointName, "step_" + std::to_string(step_) + "\n");
+    sync_directory(root_);
     if (options_.keep > 0) {
-      std::vector<std::pair<std::int64_t, fs::path>> complete;
+      // This history's older checkpoints beyond the newest `keep` (this one included) go.
+      std::vector<std::pair<std::int64_t, fs::path>> older;
       for (const auto& item : fs::directory_iterator(root_)) {
-        const std::string base = item.path().filename().string();
-        if (base.rfind("step_", 0) == 0 && base.find_first_not_of("0123456789", 5) == std::string::npos &&
-            base.size() > 5 && fs::exists(item.path() / kCheckpointManifestName))
-          complete.emplace_back(std::stoll(base.substr(5)), item.path());
+        const std::int64_t step = step_of(item.path().filename().string());
+        if (step >= 0 && step < step_ && fs::exists(item.path() / kCheckpointManifestName))
+          older.emplace_back(step, item.path());
       }
-      std::sort(complete.begin(), complete.end());
-      for (std::size_t i = 0; i + options_.keep < complete.size(); ++i) fs::remove_all(complete[i].second);
+      std::sort(older.begin(), older.end());
+      for (std::size_t i = 0; i + options_.keep < older.size() + 1; ++i) fs::remove_all(older[i].second);
     }
     return ok(Json::object());
   });
@@ -571,15 +584,17 @@ std::string save_sharded_checkpoint(Communicator& comm, const std::string& root,
 
 std::string latest_sharded_checkpoint(Communicator& comm, const std::string& root) {
   const std::string found = decided_at_rank0(comm, [&] {
+    // The one committed last, when the pointer names a complete checkpoint; else the highest step.
+    std::ifstream pointer(root + "/" + kLatestCheckpointName);
+    std::string named;
+    if (pointer >> named && step_of(named) >= 0 && fs::exists(fs::path(root) / named / kCheckpointManifestName))
+      return ok(root + "/" + named);
     std::int64_t best = -1;
     std::error_code ignored;
     if (fs::is_directory(root, ignored)) {
       for (const auto& item : fs::directory_iterator(root)) {
-        const std::string base = item.path().filename().string();
-        if (base.size() > 5 && base.rfind("step_", 0) == 0 &&
-            base.find_first_not_of("0123456789", 5) == std::string::npos && base.size() < 24 &&
-            fs::exists(item.path() / kCheckpointManifestName))
-          best = std::max<std::int64_t>(best, std::stoll(base.substr(5)));
+        const std::int64_t step = step_of(item.path().filename().string());
+        if (step >= 0 && fs::exists(item.path() / kCheckpointManifestName)) best = std::max(best, step);
       }
     }
     return ok(best < 0 ? "" : checkpoint_directory(root, best));

@@ -102,8 +102,9 @@ std::string save_sharded_checkpoint(Communicator& comm, const std::string& root,
                                     const std::map<std::string, std::string>& info = {},
                                     const CheckpointSaveOptions& options = {});
 
-// The newest complete checkpoint in root (its directory), "" when there is none. Collective:
-// rank 0 looks, every rank gets its answer.
+// The newest complete checkpoint in root (its directory), "" when there is none: the one committed
+// last (root/latest names it), else the highest step. Collective: rank 0 looks, every rank gets
+// its answer.
 std::string latest_sharded_checkpoint(Communicator& comm, const std::string& root);
 // A checkpoint's manifest, read by rank 0 and given to every rank (collective).
 CheckpointManifest read_sharded_checkpoint_manifest(Communicator& comm, const std::string& directory);
