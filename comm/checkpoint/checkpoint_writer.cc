@@ -32,7 +32,7 @@ void CheckpointWriter::operator()(Trainer& trainer) {
   info["world"] = std::to_string(comm_->size());
   CheckpointSaveOptions save;
   save.keep = options_.keep;
-  save.stage = options_.async;
+  if (options_.async) save.staging = &staging_;
   {
     const TrainingState state = training_state(*comm_, trainer);
     pending_ =

@@ -52,6 +52,7 @@ class CheckpointWriter final : public Extension {
 
   CommunicatorPtr comm_;
   CheckpointWriterOptions options_;
+  StagingBuffer staging_;  // async: this rank's file, copied at the save, reused by the next
   std::unique_ptr<SavingCheckpoint> pending_;
   std::thread writer_;
   std::vector<double> stalls_;

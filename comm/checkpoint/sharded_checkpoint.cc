@@ -476,10 +476,23 @@ SavingCheckpoint::SavingCheckpoint(Communicator& comm, std::string root, std::in
     for (const auto& list : plan.writes) writes.push_back(list);
     return ok(writes);
   });
+  std::size_t total = 0;
   for (const auto& [index, at] : payload(plan_text)[rank_].get<std::vector<std::pair<std::size_t, std::int64_t>>>()) {
-    Tensor host = entries[index].value.to(Device::cpu());
-    if (options_.stage && host.shares_storage_with(entries[index].value)) host = host.clone();
-    writes_.emplace_back(at, host);
+    TANDEM_CHECK(static_cast<std::size_t>(at) == total, "save_sharded_checkpoint: internal error: piece at byte ", at,
+                 ", expected ", total);
+    held_.push_back(entries[index].value.to(Device::cpu()));
+    pieces_.emplace_back(static_cast<const char*>(held_.back().raw_data()), held_.back().nbytes());
+    total += held_.back().nbytes();
+  }
+  if (options_.staging) {  // the file's image, copied now; the tensors may change after this
+    char* image = options_.staging->reserve(total);
+    std::size_t at = 0;
+    for (const auto& [data, bytes] : pieces_) {
+      std::memcpy(image + at, data, bytes);
+      at += bytes;
+    }
+    pieces_.assign(1, {image, total});
+    held_.clear();
   }
 }
 
@@ -504,10 +517,8 @@ void SavingCheckpoint::write() {
       block.clear();
     };
     std::int64_t at = 0;
-    for (const auto& [offset, tensor] : writes_) {
-      TANDEM_CHECK(offset == at, "save_sharded_checkpoint: internal error: piece at byte ", offset, ", expected ", at);
-      const char* data = static_cast<const char*>(tensor.raw_data());
-      std::size_t left = tensor.nbytes();
+    for (auto [data, left] : pieces_) {
+      at += static_cast<std::int64_t>(left);
       while (left > 0) {
         const std::size_t n = std::min(left, static_cast<std::size_t>(kCheckpointBlockBytes) - block.size());
         block.append(data, n);
@@ -515,7 +526,6 @@ void SavingCheckpoint::write() {
         left -= n;
         if (block.size() == static_cast<std::size_t>(kCheckpointBlockBytes)) flush();
       }
-      at += static_cast<std::int64_t>(tensor.nbytes());
     }
     if (!block.empty()) flush();
     TANDEM_CHECK(::fsync(fd) == 0, "cannot sync '", path, "': ", std::strerror(errno));
@@ -532,7 +542,8 @@ void SavingCheckpoint::write() {
 }
 
 std::string SavingCheckpoint::commit(Communicator& comm) {
-  writes_.clear();  // the staged copies are done with (freed here, on the caller's thread)
+  pieces_.clear();  // the tensors are done with (freed here, on the caller's thread)
+  held_.clear();
   const std::vector<std::string> records = comm.gather_obj(outcome_, 0);
   const std::string final_dir = checkpoint_directory(root_, step_);
   decided_at_rank0(comm, [&] {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "comm/checkpoint/checkpoint_manifest.h"
+#include "comm/checkpoint/staging_buffer.h"
 #include "comm/transport/communicator.h"
 #include "core/tensor.h"
 
@@ -64,7 +65,9 @@ struct ShardEntry {
 
 struct CheckpointSaveOptions {
   int keep = 0;        // complete checkpoints kept in root (older ones are deleted); 0: all
-  bool stage = false;  // copy the pieces to host memory first (for a write in another thread)
+  // Copy this rank's pieces into this buffer first (for a write in another thread, while the
+  // tensors change); null: write from the tensors themselves.
+  StagingBuffer* staging = nullptr;
 };
 
 // "<root>/step_<step>".
@@ -73,7 +76,7 @@ std::string checkpoint_directory(const std::string& root, std::int64_t step);
 // One save in progress (steps 1-3 above).
 class SavingCheckpoint {
  public:
-  // Step 1 (collective): the plan, and this rank's pieces (copied to host memory with stage).
+  // Step 1 (collective): the plan, and this rank's pieces (copied into options.staging if given).
   SavingCheckpoint(Communicator& comm, std::string root, std::int64_t step, const std::vector<ShardEntry>& entries,
                    std::map<std::string, std::string> info, CheckpointSaveOptions options = {});
   // Step 2 (this rank only; from any thread): writes this rank's file. Never throws: a failure
@@ -90,7 +93,8 @@ class SavingCheckpoint {
   std::int64_t step_;
   CheckpointSaveOptions options_;
   int rank_ = 0;
-  std::vector<std::pair<std::int64_t, Tensor>> writes_;  // (byte offset, host tensor), in file order
+  std::vector<std::pair<const char*, std::size_t>> pieces_;  // this rank's file, in order
+  std::vector<Tensor> held_;                                 // the host tensors pieces_ point into
   CheckpointManifest manifest_;                          // rank 0: without the files' digests
   std::string outcome_;                                  // this rank's write: JSON
   std::int64_t bytes_ = 0;

@@ -27,20 +27,20 @@ unset TANDEM_KERNEL_TUNING TANDEM_KERNEL_CHOICES TANDEM_GEMM TANDEM_CONV TANDEM_
 lm=(--context 16 --dim 32 --heads 2 --layers 4 --batchsize 12 --eval-interval 1 --val-examples 12 --progress 0
     --sample-length 0 --final-eval 0 --snapshot-interval 100 --checkpoint-interval 2)
 
-# name ranks class flags: the class says which layouts compute bit for bit alike in deterministic
+# name ranks class flags (three write their checkpoints asynchronously): the class says which layouts compute bit for bit alike in deterministic
 # mode (ZeRO-3 does not run in it: its class is its own, and it runs without the mode).
 layouts=(
   "one 1 dense --microbatches 12"
   "dp2 2 dense --microbatches 6"
-  "dp3 3 dense --microbatches 4"
+  "dp3 3 dense --microbatches 4 --checkpoint-async 1"
   "pp2 2 dense --pp 2 --microbatches 12"
   "pp2i 2 dense --pp 2 --schedule interleaved --stages-per-rank 2 --microbatches 12"
   "tp2 2 tp2 --tp 2 --microbatches 12"
-  "tp2pp2 4 tp2 --tp 2 --pp 2 --microbatches 12"
+  "tp2pp2 4 tp2 --tp 2 --pp 2 --microbatches 12 --checkpoint-async 1"
   "tp2dp2z1 4 tp2 --tp 2 --zero 1 --microbatches 6"
   "dp3z3 3 zero3 --zero 3 --microbatches 4"
   "moe1 1 moe --experts 4 --load-balance 0 --z-loss 0 --microbatches 12"
-  "moe2 2 moe --experts 4 --load-balance 0 --z-loss 0 --microbatches 6"
+  "moe2 2 moe --experts 4 --load-balance 0 --z-loss 0 --microbatches 6 --checkpoint-async 1"
 )
 declare -A ranks class flags
 names=()
