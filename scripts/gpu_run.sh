@@ -348,13 +348,15 @@ run_train() {
   )
   # The character language model on the staged fortunes: one rank, and 2 ranks sharing the GPU
   # split by tensors, by pipeline stages and by experts (GPU_LM_ITERATIONS steps; compare with
-  # the same commands and --gpu -1 on the CPU).
+  # the same commands and --gpu -1 on the CPU). Never run on a GPU yet: the sharded checkpoints
+  # of device tensors (comm/checkpoint).
   if [[ -x "$STAGE/bin/train_char_lm" ]]; then
     export TANDEM_FORTUNES_DIR="$STAGE/data/fortunes"
     local lm="$STAGE/bin/train_char_lm --gpu 0 --iterations ${GPU_LM_ITERATIONS:-300} --eval-interval 100 --final-eval 0 --sample-length 0 --progress 0"
     cmd[train_char_lm]="$lm --out $dir/lm"
-    cmd[train_char_lm_tp2]="${mpi[*]} $lm --tp 2 --out $dir/lm_tp2"
-    cmd[train_char_lm_pp2]="${mpi[*]} $lm --pp 2 --microbatches 4 --out $dir/lm_pp2"
+    # (with sharded checkpoints of device tensors: asynchronous under tp 2, synchronous under pp 2)
+    cmd[train_char_lm_tp2]="${mpi[*]} $lm --tp 2 --checkpoint-interval 100 --checkpoint-async 1 --out $dir/lm_tp2"
+    cmd[train_char_lm_pp2]="${mpi[*]} $lm --pp 2 --microbatches 4 --checkpoint-interval 100 --out $dir/lm_pp2"
     cmd[train_char_lm_moe]="${mpi[*]} $lm --experts 4 --top-k 2 --out $dir/lm_moe"
   fi
   for name in "${!cmd[@]}"; do
