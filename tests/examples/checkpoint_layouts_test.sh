@@ -140,6 +140,23 @@ done
 "$tool" inspect "$t/bf16/ck/step_2" | grep -q "optimizer/block0/attention/qkv/W/master  *f32" || fail "no master copy"
 echo "mixed_f16 and bf16: the loss scaler and the master copies carried over"
 
+# The model through safetensors and back: exported from one layout, imported as a one-process
+# checkpoint, and loaded by --init-checkpoint under tp 2 x pp 2: one step from it equals one step
+# from --init-checkpoint of the original.
+"$tool" to-safetensors "$t/dp3/ck/step_2" "$t/model.safetensors" > /dev/null || fail "to-safetensors"
+"$tool" from-safetensors "$t/model.safetensors" "$t/imported" 0 > /dev/null || fail "from-safetensors"
+train tp2pp2 init --iterations 1 --init-checkpoint "$t/imported/step_0" || { cat "$t/init.txt"; fail "--init-checkpoint"; }
+train tp2pp2 init-original --iterations 1 --init-checkpoint "$t/dp3/ck/step_2" || { cat "$t/init-original.txt"; fail "init"; }
+grep -q "^model weights from $t/imported/step_0" "$t/init.txt" || { cat "$t/init.txt"; fail "no init line"; }
+"$tool" compare "$t/init-original/ck/step_1" "$t/init/ck/step_1" > "$t/cmp.txt" \
+  || { cat "$t/cmp.txt"; fail "the model changed through safetensors"; }
+/usr/bin/python3 - "$t/tp2pp2/log" "$t/init/log" <<'PY' || fail "--init-checkpoint did not change the model"
+import json, sys
+fresh, init = (json.load(open(p))[0]["main/loss"] for p in sys.argv[1:3])
+assert abs(fresh - init) > 1e-3 * fresh, (fresh, init)  # trained weights, not the seed's
+PY
+echo "the model through safetensors into tp2pp2: bit for bit"
+
 # Errors name the tensors: a dense checkpoint under the experts' model, a narrower model, and a
 # checkpoint whose tensors no rank takes.
 expect_error() {
