@@ -68,15 +68,6 @@ std::string decided_at_rank0(Communicator& comm, const std::function<std::string
   return outcome;
 }
 
-void sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  TANDEM_CHECK(fd >= 0, "cannot open the directory '", dir, "' to sync it: ", std::strerror(errno));
-  const bool synced = ::fsync(fd) == 0;
-  const std::string reason = synced ? "" : std::strerror(errno);
-  ::close(fd);
-  TANDEM_CHECK(synced, "cannot sync the directory '", dir, "': ", reason);
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TANDEM_CHECK(in, "cannot read '", path, "': ", std::strerror(errno));

@@ -33,16 +33,6 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// The rename that made a file visible is only durable once its directory is synced.
-void sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  TANDEM_CHECK(fd >= 0, "cannot open the directory '", dir, "' to sync it: ", std::strerror(errno));
-  const bool synced = ::fsync(fd) == 0;
-  const std::string reason = synced ? "" : std::strerror(errno);
-  ::close(fd);
-  TANDEM_CHECK(synced, "cannot sync the directory '", dir, "': ", reason);
-}
-
 // Reads a whole file; false (with errno's text in `error`) when it cannot be opened.
 bool read_file(const std::string& path, std::string& bytes, std::string& error) {
   std::ifstream in(path, std::ios::binary);

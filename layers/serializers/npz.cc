@@ -345,4 +345,13 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   }
 }
 
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  TANDEM_CHECK(fd >= 0, "cannot open the directory '", dir, "' to sync it: ", std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const std::string reason = synced ? "" : std::strerror(errno);
+  ::close(fd);
+  TANDEM_CHECK(synced, "cannot sync the directory '", dir, "': ", reason);
+}
+
 }  // namespace tandem

@@ -33,5 +33,7 @@ std::string tensor_to_string(const Tensor& tensor);
 
 // Writes `bytes` to `path` atomically (temporary file, fsync, rename).
 void write_file_atomically(const std::string& path, const std::string& bytes);
+// Syncs a directory: a rename that made a file visible is only durable once its directory is.
+void sync_directory(const std::string& dir);
 
 }  // namespace tandem
