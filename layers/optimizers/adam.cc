@@ -40,8 +40,10 @@ void Adam::update_one(Variable& param, State& state) {
   step.beta1 = hyperparam.beta1;
   step.beta2 = hyperparam.beta2;
   step.eps = hyperparam.eps;
+  if (hyperparam.eps_on_corrected_v)
+    step.eps *= std::sqrt(1.0 - std::pow(hyperparam.beta2, static_cast<double>(std::max<std::int64_t>(t(), 1))));
   step.eta = hyperparam.eta;
-  step.weight_decay_rate = hyperparam.weight_decay_rate;
+  step.weight_decay_rate = !hyperparam.decays || hyperparam.decays(updating()) ? hyperparam.weight_decay_rate : 0.0;
   step.amsgrad = hyperparam.amsgrad;
   Tensor data = param.data();
   Tensor none;

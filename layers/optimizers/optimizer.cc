@@ -69,6 +69,8 @@ void Optimizer::update() {
                  type_name(), ": gradient ", param.grad().description(), " of parameter '", name, "' does not match ",
                  param.description());
     auto [it, created] = states_.try_emplace(name);
+    const auto bracket = name.rfind('[');
+    updating_ = bracket != std::string::npos && name.back() == ']' ? name.substr(0, bracket) : name;
     if (is_half(param.dtype())) {
       update_with_master(param, it->second, created);
       continue;
@@ -202,17 +204,24 @@ void WeightDecay::operator()(Optimizer& optimizer) {
     if (p.grad().defined()) p.set_grad(add(p.grad(), mul(p.data().to(p.grad().dtype()), rate_)));
 }
 
-GradientClipping::GradientClipping(double threshold) : threshold_(threshold) {
+GradientClipping::GradientClipping(double threshold, std::function<double(const std::string&)> counts,
+                                   std::function<double(double)> total)
+    : threshold_(threshold), counts_(std::move(counts)), total_(std::move(total)) {
   TANDEM_CHECK(threshold > 0, "GradientClipping: threshold must be positive, got ", threshold);
 }
 
 void GradientClipping::operator()(Optimizer& optimizer) {
   double squares = 0;
   const auto params = optimizer.update_params();
-  for (const auto& [name, p] : params)
-    if (p.grad().defined()) squares += sum_of_squares(p.grad());
+  for (const auto& [name, p] : params) {
+    if (!p.grad().defined()) continue;
+    const double weight = counts_ ? counts_(name) : 1.0;
+    if (weight != 0) squares += weight * sum_of_squares(p.grad());
+  }
   if (optimizer.gradient_sync()) squares = optimizer.gradient_sync()->total_over_shards(squares);
+  if (total_) squares = total_(squares);
   const double norm = std::sqrt(squares);
+  last_norm_ = norm;
   if (norm <= threshold_) return;
   const double rate = threshold_ / norm;
   for (auto [name, p] : params)

@@ -112,6 +112,9 @@ class Optimizer {
   virtual void init_state(const Variable& param, State& state) = 0;
   // Updates one parameter from its gradient; t() already counts this update.
   virtual void update_one(Variable& param, State& state) = 0;
+  // While update_one runs: the name of the parameter it updates, as the model names it (a ZeRO
+  // slice "p[...]" of parameter p is named p).
+  const std::string& updating() const { return updating_; }
 
  private:
   // A bf16 or f16 parameter: the rule updates an f32 master copy (state "master", f32 state beside
@@ -130,6 +133,7 @@ class Optimizer {
   std::map<std::string, State> states_;
   std::int64_t t_ = 0;
   std::int64_t epoch_ = 0;
+  std::string updating_;
 };
 
 // grad += rate * param, for every parameter with a gradient (Chainer's WeightDecay).
@@ -144,14 +148,25 @@ class WeightDecay : public OptimizerHook {
 };
 
 // Rescales all gradients together so that their global L2 norm is at most `threshold`.
+// A model split over ranks (tensor and pipeline parallelism) has one norm over all of its
+// parts: `counts` says how much a parameter's squares count on this rank (by its name in
+// update_params(): 0 for a replica that another rank counts), and `total` sums the counted
+// squares over the ranks holding the other parts (comm/model_parallel/gradient_norm.h builds
+// both). Without them every parameter counts once, on every rank alike.
 class GradientClipping : public OptimizerHook {
  public:
-  explicit GradientClipping(double threshold);
+  explicit GradientClipping(double threshold, std::function<double(const std::string& name)> counts = nullptr,
+                            std::function<double(double)> total = nullptr);
   std::string name() const override { return "GradientClipping"; }
   void operator()(Optimizer& optimizer) override;
+  // The global norm the last call found (before clipping).
+  double last_norm() const { return last_norm_; }
 
  private:
   double threshold_;
+  std::function<double(const std::string&)> counts_;
+  std::function<double(double)> total_;
+  double last_norm_ = 0;
 };
 
 }  // namespace tandem
