@@ -3,6 +3,7 @@
 #include <set>
 
 #include "comm/pipeline/pipeline.h"
+#include "comm/pipeline/tied_stage.h"
 #include "comm/tensor_parallel/tensor_parallel_checkpoint.h"
 #include "core/hash.h"
 #include "core/kernel_choices.h"
@@ -41,6 +42,16 @@ void name_parameters(Link& link, const std::string& local, const std::string& gl
     }
     name_parameters(*child, local + name + "/", global_name.empty() ? global : global + global_name + "/", child_origin,
                     out);
+    // A parameter tied across stages is one tensor whatever stage holds it.
+    if (const auto* tied = stages ? dynamic_cast<const pipeline::TiedStage*>(child.get()) : nullptr) {
+      for (const auto& [path, owner] : tied->tied_parameters()) {
+        const auto it = out.find(local + name + "/" + path);
+        TANDEM_CHECK(it != out.end(), "training checkpoint: pipeline stage ", name, " ties '", path,
+                     "', which it does not hold");
+        it->second.origin.clear();
+        it->second.saved = owner;
+      }
+    }
   }
 }
 
@@ -186,7 +197,7 @@ TrainingState training_state(Communicator& comm, Trainer& trainer) {
   for (const auto& [path, param] : model.namedparams()) {
     params[path] = param;
     const GlobalName& g = global_of(names, path);
-    state.entries.push_back(piece("model/" + g.name, param.data(), &g));
+    if (g.saved) state.entries.push_back(piece("model/" + g.name, param.data(), &g));
   }
   for (const auto& [path, tensor] : model.namedpersistents()) {
     const GlobalName& g = global_of(names, path);
@@ -202,6 +213,7 @@ TrainingState training_state(Communicator& comm, Trainer& trainer) {
     TANDEM_CHECK(slash != std::string::npos, "training checkpoint: unexpected optimizer state '", key, "'");
     const UpdatedParam u = updated_param(optimizer, model, params, key.substr(0, slash));
     const GlobalName& g = global_of(names, u.base);
+    if (!g.saved) continue;  // a tied copy: its owner's state stands for it
     ShardEntry e = piece("optimizer/" + g.name + key.substr(slash), tensor, &g);
     e.box = params.at(u.base).shape();
     e.begin = u.begin;

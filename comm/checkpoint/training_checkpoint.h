@@ -41,8 +41,11 @@ namespace tandem {
 // and where this rank's value sits in it (a tensor-parallel split); see above.
 struct GlobalName {
   std::string name;    // without "model/"
-  std::string origin;  // the pipeline stage it comes from ("" outside a pipeline)
+  std::string origin;  // the pipeline stage it comes from ("" outside a pipeline, or tied)
   int split_axis = -1, split_index = 0, split_count = 1;
+  // A copy of a parameter tied across pipeline stages (comm/pipeline/tied_stage.h) that another
+  // stage's copy stands for in a checkpoint: loaded, not saved.
+  bool saved = true;
 };
 std::map<std::string, GlobalName> global_parameter_names(const Link& model);
 

@@ -103,14 +103,17 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, int stage, int stages, Communicat
   if (last()) {
     ln_f_ = std::make_shared<LayerNormalization>(config.dim, 1e-5);
     add_child("ln_f", ln_f_);
-    // The padded rows' logits are -inf: no probability, no gradient.
+    // The padded rows' logits are pushed to half the dtype's lowest value: exp of them underflows
+    // to exactly 0 (no probability, no gradient), and unlike -inf they stay finite wherever a
+    // loss multiplies logits by a 0/1 mask (vocab_parallel_softmax_cross_entropy picks each
+    // rank's target logits so, and -inf x 0 is NaN).
     if (config.rows() > config.vocabulary) {
       const Share share = tensor_group_ ? share_of(config.rows(), tensor_group_->rank(), tensor_group_->size())
                                         : Share{0, config.rows()};
       std::vector<float> mask(static_cast<std::size_t>(share.size()), 0.0f);
       for (std::int64_t i = 0; i < share.size(); ++i)
         if (share.begin + i >= config.vocabulary)
-          mask[static_cast<std::size_t>(i)] = -std::numeric_limits<float>::infinity();
+          mask[static_cast<std::size_t>(i)] = 1.0f;
       padding_mask_ = from_vector(mask, {share.size()});
     }
   }
@@ -118,11 +121,21 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, int stage, int stages, Communicat
 
 Variable* GPT2Stage::embedding_table() { return wte_ ? &wte_->param("W") : nullptr; }
 
+std::map<std::string, bool> GPT2Stage::tied_parameters() const {
+  if (!wte_ || stages_ == 1) return {};
+  return {{"wte/W", first()}};
+}
+
 Variable GPT2Stage::head(const Variable& rows) {
   Variable h = (*ln_f_)(rows);
   if (tensor_group_) h = F::copy_to_parallel_region(*tensor_group_, h);
   Variable logits = F::linear(h, wte_->param("W"));
-  if (padding_mask_.defined()) logits = F::add(logits, Variable(padding_mask_.to(logits.dtype()).to(logits.device())));
+  if (padding_mask_.defined()) {
+    const double lowest = logits.dtype() == DType::f64   ? std::numeric_limits<double>::lowest()
+                          : logits.dtype() == DType::f16 ? -65504.0
+                                                         : std::numeric_limits<float>::lowest();
+    logits = F::add(logits, Variable(mul(padding_mask_.to(logits.dtype()), lowest / 2).to(logits.device())));
+  }
   return logits;
 }
 

@@ -23,7 +23,7 @@
 // to and from Hugging Face's GPT-2 checkpoints ("h.0.attn.c_attn.weight", ...).
 //
 // The vocabulary may be padded (padded_vocabulary rows, e.g. 50,304 = 393 x 128 for even GEMMs
-// and tensor-parallel shares): the padded rows are never looked up, and their logits are -inf,
+// and tensor-parallel shares): the padded rows are never looked up, and their logits are near the dtype's lowest,
 // so the loss, every gradient and every sample are those of the unpadded model.
 //
 // forward_many: stage 0 takes ids i32 [B, T]; other stages the previous stage's h [B, T, dim];
@@ -35,6 +35,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/pipeline/tied_stage.h"
 #include "comm/transport/communicator.h"
 #include "core/random.h"
 #include "layers/link.h"
@@ -57,7 +58,7 @@ struct GPT2Config {
   static GPT2Config small();
 };
 
-class GPT2Stage : public Chain {
+class GPT2Stage : public Chain, public pipeline::TiedStage {
  public:
   // tensor_group: null for the single-process links.
   GPT2Stage(const GPT2Config& config, int stage, int stages, CommunicatorPtr tensor_group = nullptr);
@@ -77,6 +78,9 @@ class GPT2Stage : public Chain {
   // The token embedding's table on this stage (stage 0's, or the last stage's tied copy), or
   // null: [rows or this rank's share of them, dim].
   Variable* embedding_table();
+  // The token embedding when the first and last stages differ: stage 0's copy is the one a
+  // checkpoint saves.
+  std::map<std::string, bool> tied_parameters() const override;
 
   // A key/value cache for generation: per block, the keys and values of the positions seen so
   // far, [B, heads, length, head size] each.
@@ -97,7 +101,7 @@ class GPT2Stage : public Chain {
   CommunicatorPtr tensor_group_;
   LinkPtr wte_, wpe_, ln_f_;
   std::vector<LinkPtr> blocks_;
-  Tensor padding_mask_;  // [this rank's rows]: 0, or -inf on the padded rows; undefined when none
+  Tensor padding_mask_;  // f32 [this rank's rows]: 1 on the padded rows, else 0; undefined when none
   std::map<std::string, double> observation_;
 };
 
