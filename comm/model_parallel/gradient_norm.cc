@@ -32,6 +32,13 @@ std::shared_ptr<GradientClipping> model_parallel_gradient_clipping(double thresh
                                                                    CommunicatorPtr tensor_group,
                                                                    CommunicatorPtr model_group,
                                                                    std::set<std::string> not_counted) {
+  // Replicated parameters count on tensor rank 0 only: without a group summing over the tensor
+  // ranks, each would clip by its own norm and the replicas would drift apart.
+  TANDEM_CHECK(
+      !tensor_group || tensor_group->size() == 1 || (model_group && model_group->size() >= tensor_group->size()),
+      "model_parallel_gradient_clipping: a tensor group of ", tensor_group ? tensor_group->size() : 0,
+      " ranks needs a model group holding at least those ranks (got ",
+      model_group ? std::to_string(model_group->size()) + " ranks" : std::string("none"), ")");
   // Built at the first call, when the optimizer has its target and its sync its shards.
   auto weights = std::make_shared<std::map<std::string, double>>();
   auto counts = [&optimizer, tensor_group, not_counted, weights](const std::string& name) {

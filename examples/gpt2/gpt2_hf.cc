@@ -1,5 +1,6 @@
 #include "examples/gpt2/gpt2_hf.h"
 
+#include <cstring>
 #include <map>
 
 #include "core/ops/shape_ops.h"
@@ -120,7 +121,7 @@ NamedTensors gpt2_from_hf(const NamedTensors& hf, const GPT2Config& config) {
   out.emplace_back("ln_f/beta", get("ln_f.bias", {C}));
   if (t.count("lm_head.weight")) {
     const Tensor& head = get("lm_head.weight", {V, C});
-    TANDEM_CHECK(head.to_vector<float>() == wte.to_vector<float>(),
+    TANDEM_CHECK(head.dtype() == wte.dtype() && std::memcmp(head.raw_data(), wte.raw_data(), wte.nbytes()) == 0,
                  "GPT-2 Hugging Face tensors: lm_head.weight "
                  "differs from wte.weight; GPT-2's head is tied to the token embedding");
   }

@@ -10,7 +10,7 @@
 // Stage s of S holds blocks [first, first + count) (as evenly as possible, the earlier stages
 // taking the extra ones); stage 0 also "wte" and "wpe", stage S - 1 also "ln_f" and the head.
 // When the first and last stages differ, the last holds a copy of "wte" for its head, drawn
-// from the same stream; tie_embedding_gradients (gpt2_parallel.h) sums the two copies'
+// from the same stream; tie_parameters (comm/model_parallel/tied_parameters.h) sums the copies'
 // gradients every step, so they stay equal, and a sharded checkpoint stores the one tensor
 // (both copies have the global name "wte/W"). With a tensor-parallel group, "wte" is a
 // VocabParallelEmbedding (each rank holds a share of the vocabulary, and so a share of the

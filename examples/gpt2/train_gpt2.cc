@@ -30,8 +30,10 @@
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/gpt2/train_gpt2 --tp 2 --pp 2 --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/gpt2/train_gpt2 --zero 3
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -78,6 +80,33 @@ std::vector<TextDocument> documents(const std::string& data) {
   for (std::size_t i = 0; i < texts.size(); ++i) out.push_back({data + " #" + std::to_string(i + 1), texts[i]});
   return out;
 }
+
+// The wall time of each step (from one step's report to the next), for the speed line at the
+// end: the median over the steps after the first two (warm-up), so occasional evaluations and
+// saves between steps do not count.
+class StepTimer : public Extension {
+ public:
+  std::string name() const override { return "StepTimer"; }
+  void observe(Trainer&, const Observation&) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (seen_++ > 0) ms_.push_back(std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  void operator()(Trainer&) override {}
+  // The median step in ms, or 0 before three steps.
+  double median_ms() const {
+    if (ms_.size() < 3) return 0;
+    std::vector<double> t(ms_.begin() + 1, ms_.end());
+    std::sort(t.begin(), t.end());
+    return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  }
+  std::size_t timed() const { return ms_.size() < 3 ? 0 : ms_.size() - 1; }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+  std::int64_t seen_ = 0;
+  std::vector<double> ms_;
+};
 
 // The first `batches` whole batches of `dataset` (all when 0).
 DatasetPtr first_batches(DatasetPtr dataset, long long batches, long long batchsize) {
@@ -286,9 +315,27 @@ int main(int argc, char** argv) {
   std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x dp %lld, zero %d, %s", tp, pp, dp, zero,
                 schedule.describe().c_str());
   const auto checkpoint_writer = examples::setup_checkpoints(trainer, world, flags, kProgram, layout_text);
+  auto timer = std::make_shared<StepTimer>();
+  trainer.extend(timer, Trigger::iterations(1));
   trainer.run();
   examples::print_checkpoint_summary(checkpoint_writer.get(), rank);
-  if (rank == 0) std::printf("memory: %s\n", host_memory_fields(host_memory_stats()).c_str());
+  if (rank == 0) {
+    std::printf("memory: %s\n", host_memory_fields(host_memory_stats()).c_str());
+    // One line in the benchmarks' format (bench/bench_util.h), for bench/gpt2_124m_bench.sh.
+    const double ms = timer->median_ms();
+    if (ms > 0) {
+      const char* threads = std::getenv("OMP_NUM_THREADS");
+      std::printf(
+          "name=tandem.train_gpt2.ranks%d lib=tandem threads=%s ranks=%d tp=%lld pp=%lld dp=%lld zero=%d "
+          "microbatches=%lld batch=%lld seqlen=%lld d=%lld heads=%lld layers=%lld vocab=%lld iters=%zu "
+          "median_ms=%.4f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
+          world->size(), threads ? threads : "default", world->size(), tp, pp, dp, zero, microbatches, batchsize,
+          seq_len, static_cast<long long>(config.dim), static_cast<long long>(config.heads),
+          static_cast<long long>(config.layers), static_cast<long long>(config.vocabulary), timer->timed(), ms,
+          static_cast<double>(batchsize * seq_len) / (ms * 1e-3),
+          static_cast<double>(host_memory_stats().peak_rss) / 1e6);
+    }
+  }
 
   // A sample from a one-process copy of the model: the model itself, or one loaded from a
   // checkpoint of the run (any layout loads into one process).
