@@ -84,11 +84,13 @@ int main(int argc, char** argv) {
   flags.add_double("loss-tolerance", 0, "largest difference of a loss (0: 1e-5 in f32, 1e-10 in f64)");
   flags.add_int("threads", 0, "the reference's threads (0: its default)");
   flags.add_int("seed", 1, "weights and batch");
+  flags.add_int("export-only", 0, "1: write the weights and the batch into --work and stop (for the benchmarks)");
   flags.add_int("gpu", -1, "GPU to run tandem's side on, -1 for the CPU (needs a build with --config=cuda)");
   const int status = parse_command_line(flags, argc, argv, kProgram, {"layers", "dim", "heads", "context", "batch"});
   if (status >= 0) return status;
   const std::string reference = flags.get_string("reference");
-  TANDEM_CHECK(!reference.empty(), kProgram, ": --reference (the libtorch_gpt2_reference binary) is required");
+  TANDEM_CHECK(!reference.empty() || flags.get_int("export-only") != 0, kProgram,
+               ": --reference (the libtorch_gpt2_reference binary) is required");
   const bool f64 = flags.get_string("dtype") == "f64";
   TANDEM_CHECK(f64 || flags.get_string("dtype") == "f32", kProgram, ": --dtype must be f32 or f64");
   auto tolerance = [&](const char* flag, double f32_default) {
@@ -136,6 +138,10 @@ int main(int argc, char** argv) {
                     out_path = work + "/gpt2_reference.safetensors";
   write_safetensors(weights_path, gpt2_to_hf(weights, config));
   write_safetensors(batch_path, {{"ids", x}, {"targets", t}});
+  if (flags.get_int("export-only") != 0) {
+    std::printf("%s: wrote %s and %s\n", kProgram, weights_path.c_str(), batch_path.c_str());
+    return 0;
+  }
   const double lr = flags.get_double("lr"), wd = flags.get_double("weight-decay");
   const std::int64_t steps = flags.get_int("steps");
   char command[2048];
