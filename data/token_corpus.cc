@@ -17,6 +17,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
@@ -314,13 +315,9 @@ bool read_cache(const std::string& path, std::uint64_t key, TokenCorpus& corpus)
   return true;
 }
 
-// Writes `bytes` to `path` whole or not at all, even with other processes writing the same path:
-// a temporary file of this process's own beside it (host, process id and a counter make the name
-// unique on a shared file system and among this process's threads), synced, then renamed over
-// `path`. (layers/serializers/npz.h has write_file_atomically, but data/ does not depend on
-// layers/, and its temporary name is only unique per process on one host.)
+// Writes the cache whole or not at all, even with other ranks writing it (write_file_atomically),
+// making its folder first.
 void write_cache(const std::string& path, const std::string& bytes) {
-  static std::atomic<std::uint64_t> counter{0};
   const fs::path folder = fs::path(path).parent_path();
   if (!folder.empty()) {
     std::error_code error;
@@ -329,33 +326,7 @@ void write_cache(const std::string& path, const std::string& bytes) {
     TANDEM_CHECK(fs::is_directory(folder, exists_error), "cannot make the folder ", folder.string(), ": ",
                  error.message());
   }
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
-  const std::string temporary =
-      path + ".tmp." + host + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  TANDEM_CHECK(fd >= 0, "cannot create ", temporary, ": ", std::strerror(errno));
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string reason = n < 0 ? std::strerror(errno) : "nothing written";
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      TANDEM_FAIL("writing ", temporary, " failed: ", reason);
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  // Synced before the rename: after a crash the cache is then the old file or the whole new one,
-  // not a new name over blocks never written.
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temporary.c_str());
-    TANDEM_FAIL("could not complete ", path, " (from ", temporary, "): ", reason);
-  }
+  write_file_atomically(path, bytes);
 }
 
 std::string environment(const char* name) {

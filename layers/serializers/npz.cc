@@ -320,38 +320,4 @@ std::string tensor_to_string(const Tensor& tensor) {
   return text;
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  TANDEM_CHECK(fd >= 0, "write: cannot create '", temporary, "': ", std::strerror(errno));
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      TANDEM_FAIL("write: writing '", temporary, "' failed: ", reason);
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temporary.c_str());
-    TANDEM_FAIL("write: could not complete '", path, "': ", reason);
-  }
-}
-
-void sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  TANDEM_CHECK(fd >= 0, "cannot open the directory '", dir, "' to sync it: ", std::strerror(errno));
-  const bool synced = ::fsync(fd) == 0;
-  const std::string reason = synced ? "" : std::strerror(errno);
-  ::close(fd);
-  TANDEM_CHECK(synced, "cannot sync the directory '", dir, "': ", reason);
-}
-
 }  // namespace tandem

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/atomic_file.h"  // write_file_atomically and sync_directory, which every saver uses
 #include "core/tensor.h"
 
 namespace tandem {
@@ -31,9 +32,5 @@ Tensor decode_npy(const std::string& bytes, const std::string& source);
 Tensor string_to_tensor(const std::string& text);
 std::string tensor_to_string(const Tensor& tensor);
 
-// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
-void write_file_atomically(const std::string& path, const std::string& bytes);
-// Syncs a directory: a rename that made a file visible is only durable once its directory is.
-void sync_directory(const std::string& dir);
 
 }  // namespace tandem
