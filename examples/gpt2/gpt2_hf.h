@@ -34,7 +34,7 @@ namespace tandem::examples {
 NamedTensors gpt2_to_hf(const NamedTensors& tandem, const GPT2Config& config);
 
 // Hugging Face's -> tandem's whole tensors (global names, no leading '/'); the padded rows of wte
-// are zeros (they are never used). `config` gives the sizes to check and the heads.
+// are zeros, as the model keeps them. `config` gives the sizes to check and the heads.
 NamedTensors gpt2_from_hf(const NamedTensors& hf, const GPT2Config& config);
 
 // The GPT-2 config of a Hugging Face tensor set: vocabulary (wte.weight's rows), context, dim and

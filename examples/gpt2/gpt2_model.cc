@@ -12,6 +12,7 @@
 #include "comm/tensor_parallel/vocab_parallel_cross_entropy.h"
 #include "comm/tensor_parallel/vocab_parallel_embedding.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/shape_ops.h"
 #include "layers/initializers.h"
 #include "layers/links/embed_id.h"
 #include "layers/links/layer_normalization.h"
@@ -82,6 +83,18 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, int stage, int stages, Communicat
                                                                             std::nullopt, init))
                          : LinkPtr(std::make_shared<EmbedID>(config.rows(), config.dim, std::nullopt, init));
     add_child("wte", wte_);
+    // The padded rows start at zero (the real rows are the unpadded model's draw) and stay there:
+    // they get no gradient, and decay keeps zero at zero. So padding never shows, in a checkpoint
+    // either: one exported to Hugging Face's format and imported again is the same bits.
+    if (config.rows() > config.vocabulary) {
+      const Share share = tensor_group_ ? share_of(config.rows(), tensor_group_->rank(), tensor_group_->size())
+                                        : Share{0, config.rows()};
+      const std::int64_t first_padded = std::max<std::int64_t>(config.vocabulary - share.begin, 0);
+      if (first_padded < share.size()) {
+        Tensor table = wte_->param("W").data();
+        index_put_(table, {Index::range(first_padded, share.size())}, zeros({}, table.dtype()));
+      }
+    }
   }
   if (first()) {
     wpe_ = std::make_shared<PositionalEmbedding>(

@@ -69,14 +69,18 @@ namespace {
 
 constexpr const char* kProgram = "train_gpt2";
 
-// The documents to train on: the Bible's books, or the paragraphs of --data.
-std::vector<TextDocument> documents(const std::string& data) {
-  if (data.empty()) return split_kjv_books(read_kjv_text());
+std::string read_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  TANDEM_CHECK(in, kProgram, ": cannot read ", flag, " ", path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The documents to train on: the Bible's books (printed by `bible`, or read from --kjv-file), or
+// the paragraphs of --data.
+std::vector<TextDocument> documents(const std::string& data, const std::string& kjv_file) {
+  if (data.empty()) return split_kjv_books(kjv_file.empty() ? read_kjv_text() : read_file(kjv_file, "--kjv-file"));
   std::vector<TextDocument> out;
-  std::ifstream in(data, std::ios::binary);
-  TANDEM_CHECK(in, kProgram, ": cannot read --data ", data);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::vector<std::string> texts = split_documents(text);
+  const std::vector<std::string> texts = split_documents(read_file(data, "--data"));
   for (std::size_t i = 0; i < texts.size(); ++i) out.push_back({data + " #" + std::to_string(i + 1), texts[i]});
   return out;
 }
@@ -124,6 +128,9 @@ int main(int argc, char** argv) {
                         "GPT-2 on the King James Bible, tensor x pipeline x data parallel with ZeRO.\n"
                         "Run with: /usr/bin/mpiexec.mpich -n N train_gpt2 [flags] (or without mpiexec: 1 rank)");
   flags.add_string("data", "", "a UTF-8 text file to train on (empty: the King James Bible, by book)");
+  flags.add_string("kjv-file", "",
+                   "the King James Bible as `bible \"Gen1:1-Rev22:21\"` prints it, from a file (for a machine without "
+                   "bible-kjv; empty: run bible)");
   flags.add_string("cache", "", "the tokenised text's cache file (empty: the user's cache folder)");
   flags.add_int("validation-every", 11, "every N-th document (book) is held out for validation");
   flags.add_string("tokenizer", "", "the folder of GPT-2's encoder.json and vocab.bpe (empty: the installed one)");
@@ -171,7 +178,7 @@ int main(int argc, char** argv) {
   const std::string data = flags.get_string("data");
   std::string cache = flags.get_string("cache");
   if (cache.empty()) cache = data.empty() ? default_kjv_cache_path() : "";
-  const std::vector<TextDocument> docs = documents(data);
+  const std::vector<TextDocument> docs = documents(data, flags.get_string("kjv-file"));
   auto world = create_communicator("naive");
   const int rank = world->rank();
   const long long tp = flags.get_int("tp"), pp = flags.get_int("pp"), batchsize = flags.get_int("batchsize"),
