@@ -163,7 +163,6 @@ int main(int argc, char** argv) {
   flags.add_string("prompt", "In the beginning", "the text the sample continues");
   flags.add_int("progress", 1, "print a progress bar (0: only the table)");
   flags.add_string("out", "result", "directory for the log and plots (rank r > 0: <out>/rank<r>)");
-  flags.add_string("resume", "", "'latest': continue from the newest snapshot that every rank completed");
   examples::add_checkpoint_flags(flags);
   flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
@@ -317,7 +316,6 @@ int main(int argc, char** argv) {
                                                 "iteration", Trigger::iterations(eval_interval), "loss.png"));
     if (flags.get_int("progress") != 0) trainer.extend(std::make_shared<ProgressBar>(1));
   }
-  examples::resume(trainer, *world, flags, kProgram);
   char layout_text[160];
   std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x dp %lld, zero %d, %s", tp, pp, dp, zero,
                 schedule.describe().c_str());
