@@ -28,4 +28,10 @@ namespace tandem {
 // same parameter (same shape and dtype, checked at the first update, an error naming both ranks).
 void tie_parameters(Optimizer& optimizer, CommunicatorPtr group, std::vector<std::string> paths);
 
+// Parameters every rank of `group` holds whole but computes only a part of the gradient of
+// (sequence parallelism: the layer norms and the row-parallel biases see this rank's positions
+// only, comm/tensor_parallel/parallel_transformer.h): before the update, each one's gradient is
+// summed over the group (one allreduce for all of them), then the wrapped sync runs, as above.
+void sum_gradients_over(Optimizer& optimizer, CommunicatorPtr group, std::vector<std::string> paths);
+
 }  // namespace tandem

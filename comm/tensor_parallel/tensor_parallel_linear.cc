@@ -47,9 +47,17 @@ Variable ColumnParallelLinear::forward(const Variable& x) {
     initialize_W(x.shape().back());
   }
   check_group_agrees("ColumnParallelLinear", {in_size_, out_size_});
-  const Variable y = F::linear(F::copy_to_parallel_region(*comm_, x), param("W"),
-                               options_.nobias ? Variable() : param("b"));
+  const Variable input =
+      sequence_parallel_ ? F::gather_from_sequence_parallel_region(*comm_, x) : F::copy_to_parallel_region(*comm_, x);
+  const Variable y = F::linear(input, param("W"), options_.nobias ? Variable() : param("b"));
   return gather_output_ ? F::gather_from_parallel_region(*comm_, y, -1) : y;
+}
+
+void ColumnParallelLinear::set_sequence_parallel(bool on) {
+  TANDEM_CHECK(!on || !gather_output_,
+               "ColumnParallelLinear: sequence parallelism gathers the input's rows; "
+               "gather_output (every rank all features) does not go with it");
+  sequence_parallel_ = on;
 }
 
 RowParallelLinear::RowParallelLinear(CommunicatorPtr comm, std::int64_t in_size, std::int64_t out_size,
@@ -83,7 +91,9 @@ Variable RowParallelLinear::forward(const Variable& x) {
   TANDEM_CHECK(mine.dim() >= 2 && mine.shape().back() == share_.size(), "RowParallelLinear: rank ", comm_->rank(),
                " of ", comm_->size(), " takes its ", share_.size(), " of ", in_size_, " input features",
                input_is_parallel_ ? " (input_is_parallel: this rank's share)" : "", ", got ", mine.description());
-  const Variable y = F::reduce_from_parallel_region(*comm_, F::linear(mine, param("W")));
+  const Variable partial = F::linear(mine, param("W"));
+  const Variable y = sequence_parallel_ ? F::reduce_scatter_to_sequence_parallel_region(*comm_, partial)
+                                        : F::reduce_from_parallel_region(*comm_, partial);
   return options_.nobias ? y : F::add(y, param("b"));
 }
 

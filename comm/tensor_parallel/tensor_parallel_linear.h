@@ -14,6 +14,15 @@
 // Megatron's MLP is the pair: column (no gather) -> activation -> row: one allreduce forward, one
 // backward, per pair.
 //
+// Sequence parallelism (Megatron-LM's, set_sequence_parallel): outside the pair each rank holds
+// its own rows of the activations (parallel_region.h's sequence functions), not all of them.
+// ColumnParallelLinear then takes this rank's rows and gathers them (backward: reduce-scatter, in
+// place of copy_to's allreduce); RowParallelLinear reduce-scatters its partial products to this
+// rank's rows (in place of the allreduce) and adds the bias to those rows, so the bias's gradient
+// is this rank's part of it: the caller sums it over the group (as the layer norms' between the
+// pairs; comm/model_parallel/tied_parameters.h, sum_gradients_over). The rows' split is
+// share_of(rows) in rank order, so any number of rows works.
+//
 // Initialisation: the whole W is drawn with the initializer (the same stream as Linear(in, out),
 // so with the same seed on every rank the split model starts as the unsplit one does) and each
 // rank keeps its share; parameters are named "W" and "b" as Linear's. A split checkpoint holds
@@ -43,6 +52,8 @@ class ColumnParallelLinear : public Link, public TensorParallelLink {
   std::int64_t out_size() const { return out_size_; }
   Communicator& group() const override { return *comm_; }
   std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 0}, {"b", 0}}; }
+  // The input is this rank's rows [N_r, in]; the output all rows' features of this rank's share.
+  void set_sequence_parallel(bool on);
 
  protected:
   void check_loaded_shape(const std::string& name, const Shape& shape) override;
@@ -52,6 +63,7 @@ class ColumnParallelLinear : public Link, public TensorParallelLink {
   CommunicatorPtr comm_;
   std::int64_t in_size_, out_size_;
   bool gather_output_;
+  bool sequence_parallel_ = false;
   LinearOptions options_;
   Share share_;
 };
@@ -69,6 +81,8 @@ class RowParallelLinear : public Link, public TensorParallelLink {
   std::int64_t in_size() const { return in_size_; }
   Communicator& group() const override { return *comm_; }
   std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 1}}; }  // b: replicated
+  // The output is this rank's rows [N_r, out] of the summed products.
+  void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
 
  protected:
   void check_loaded_shape(const std::string& name, const Shape& shape) override;
@@ -77,6 +91,7 @@ class RowParallelLinear : public Link, public TensorParallelLink {
   CommunicatorPtr comm_;
   std::int64_t in_size_, out_size_;
   bool input_is_parallel_;
+  bool sequence_parallel_ = false;
   LinearOptions options_;
   Share share_;
 };

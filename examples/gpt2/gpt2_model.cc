@@ -107,8 +107,10 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, int stage, int stages, Communicat
     options.mlp_ratio = 4;
     options.eps = 1e-5;
     options.linear.initialW = initializers::seeded(layer_seed(config, b), initializers::normal(kInitStd));
-    const LinkPtr block = tensor_group_ ? LinkPtr(make_parallel_transformer_block(tensor_group_, config.dim, options))
-                                        : LinkPtr(std::make_shared<TransformerBlock>(config.dim, options));
+    const LinkPtr block =
+        tensor_group_
+            ? LinkPtr(make_parallel_transformer_block(tensor_group_, config.dim, options, config.sequence_parallel))
+            : LinkPtr(std::make_shared<TransformerBlock>(config.dim, options));
     scale_residual_projections(block, L);
     add_child("h." + std::to_string(b), block);
     blocks_.push_back(block);
@@ -139,10 +141,29 @@ std::map<std::string, bool> GPT2Stage::tied_parameters() const {
   return {{"wte/W", first()}};
 }
 
-Variable GPT2Stage::head(const Variable& rows) {
-  Variable h = (*ln_f_)(rows);
-  if (tensor_group_) h = F::copy_to_parallel_region(*tensor_group_, h);
-  Variable logits = F::linear(h, wte_->param("W"));
+std::vector<std::string> GPT2Stage::sequence_parallel_parameters() const {
+  std::vector<std::string> out;
+  if (!sequence_parallel()) return out;
+  for (const auto& [name, child] : children())
+    if (const auto* block = dynamic_cast<const TransformerBlock*>(child.get()))
+      for (const std::string& path : tandem::sequence_parallel_parameters(*block)) out.push_back(name + "/" + path);
+  if (last()) out.insert(out.end(), {"ln_f/gamma", "ln_f/beta"});
+  return out;
+}
+
+Variable GPT2Stage::head(const Variable& h) {
+  Variable x = (*ln_f_)(h);
+  if (sequence_parallel()) {
+    // Every rank's positions, then batch first as the targets are: [T_r, B, dim] -> [B T, dim].
+    // The gather's backward reduce-scatters, which sums the ranks' parts as copy_to would.
+    const std::int64_t B = h.shape()[1];
+    x = F::gather_from_sequence_parallel_region(*tensor_group_, F::reshape(x, {-1, config_.dim}));
+    const std::int64_t T = x.shape()[0] / B;
+    x = F::transpose(F::reshape(x, {T, B, config_.dim}), {1, 0, 2});
+  } else if (tensor_group_) {
+    x = F::copy_to_parallel_region(*tensor_group_, x);
+  }
+  Variable logits = F::linear(F::reshape(x, {-1, config_.dim}), wte_->param("W"));
   if (padding_mask_.defined()) {
     const double lowest = logits.dtype() == DType::f64   ? std::numeric_limits<double>::lowest()
                           : logits.dtype() == DType::f16 ? -65504.0
@@ -176,15 +197,21 @@ Variables GPT2Stage::forward_many(const Variables& xs) {
     TANDEM_CHECK(h.dim() == 2 && h.shape()[1] <= config_.context,
                  "GPT2Stage: ids must be [B, T] with T <= ", config_.context, ", got ", h.description());
     h = wpe_->forward(wte_->forward(h));
+    // Sequence parallel: this rank's positions, sequence first.
+    if (sequence_parallel()) h = F::scatter_to_sequence_parallel_region(*tensor_group_, F::transpose(h, {1, 0, 2}));
   }
   for (const LinkPtr& block : blocks_) h = block->forward(h);
   if (!last()) return {h};
 
   observation_.clear();
   const Variable& targets = xs[1];
-  TANDEM_CHECK(targets.shape() == Shape(h.shape().begin(), h.shape().end() - 1), "GPT2Stage: targets ",
-               targets.description(), " must be [B, T] as the sequence ", h.description());
-  const Variable logits = head(F::reshape(h, {-1, config_.dim}));
+  const bool batch_matches = sequence_parallel() ? targets.dim() == 2 && targets.shape()[0] == h.shape()[1]
+                                                 : targets.shape() == Shape(h.shape().begin(), h.shape().end() - 1);
+  TANDEM_CHECK(batch_matches, "GPT2Stage: targets ", targets.description(), " must be [B, T] as the sequence ",
+               h.description(), sequence_parallel() ? " (this rank's positions, sequence first)" : "");
+  const Variable logits = head(h);
+  TANDEM_CHECK(logits.shape()[0] == targets.numel(), "GPT2Stage: targets ", targets.description(), " for ",
+               logits.shape()[0], " positions");
   const Variable t = F::reshape(targets, {-1});
   const Variable loss = tensor_group_ ? F::vocab_parallel_softmax_cross_entropy(*tensor_group_, logits, t)
                                       : F::softmax_cross_entropy(logits, t);

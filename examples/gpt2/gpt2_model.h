@@ -50,6 +50,12 @@ struct GPT2Config {
   std::int64_t heads = 12;
   std::int64_t layers = 12;
   std::uint64_t seed = 0;
+  // With a tensor group: Megatron-LM's sequence parallelism (comm/tensor_parallel/
+  // parallel_transformer.h). Between the blocks' branches each tensor rank holds its positions
+  // of the sequence, [T_r, B, dim] (the stages pass these on), so the layer norms, residuals and
+  // the head's layer norm run on 1/ranks of the activations; the trainer sums the gradients of
+  // sequence_parallel_parameters() over the tensor group.
+  bool sequence_parallel = false;
 
   std::int64_t rows() const { return padded_vocabulary > 0 ? padded_vocabulary : vocabulary; }
   // Parameters of the whole model (the tied head counted once).
@@ -81,6 +87,9 @@ class GPT2Stage : public Chain, public pipeline::TiedStage {
   // The token embedding when the first and last stages differ: stage 0's copy is the one a
   // checkpoint saves.
   std::map<std::string, bool> tied_parameters() const override;
+  // Under sequence parallelism, the parameters (paths in the stage) whose gradient each tensor
+  // rank computes a part of; none otherwise.
+  std::vector<std::string> sequence_parallel_parameters() const;
 
   // A key/value cache for generation: per block, the keys and values of the positions seen so
   // far, [B, heads, length, head size] each.
@@ -94,7 +103,10 @@ class GPT2Stage : public Chain, public pipeline::TiedStage {
   Tensor logits_cached(const Tensor& ids, KVCache& cache);
 
  private:
-  Variable head(const Variable& rows);  // [N, dim] -> [N, rows] (this rank's share under tensor parallelism)
+  // [..., dim] (under sequence parallelism [T_r, B, dim]) -> logits [B T, rows] (this rank's share
+  // of the rows under tensor parallelism).
+  Variable head(const Variable& h);
+  bool sequence_parallel() const { return config_.sequence_parallel && tensor_group_ != nullptr; }
 
   GPT2Config config_;
   int stage_, stages_, first_block_ = 0;

@@ -153,6 +153,9 @@ int main(int argc, char** argv) {
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
   flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved (each with -dw)");
   flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
+  flags.add_int("sequence-parallel", 0,
+                "1: Megatron's sequence parallelism with --tp (layer norms, residuals and the head's norm on each "
+                "tensor rank's positions only)");
   flags.add_int("zero", 0,
                 "ZeRO stage over the data-parallel replicas (1: optimizer state, 2: and gradients, 3: and parameters)");
   flags.add_int("eval-interval", 20, "steps between validation runs and log rows");
@@ -209,6 +212,10 @@ int main(int argc, char** argv) {
   config.heads = flags.get_int("heads");
   config.layers = flags.get_int("layers");
   config.seed = seed;
+  config.sequence_parallel = flags.get_int("sequence-parallel") != 0;
+  TANDEM_CHECK(!config.sequence_parallel || tp > 1, kProgram,
+               ": --sequence-parallel splits the sequence over the "
+               "tensor-parallel ranks: it needs --tp 2 or more");
   const long long stages = pp * per_rank;
   TANDEM_CHECK(config.layers >= stages, kProgram, ": --layers ", config.layers, " cannot fill ", stages,
                " pipeline stages: every stage needs a block");
@@ -244,11 +251,12 @@ int main(int argc, char** argv) {
                " needs 1 to 3 and more than one data-parallel replica (here ", dp, ")");
   // The tied embedding: the copies on the first and last stage add their gradients before the
   // data-parallel average, which therefore waits for backward to end (no overlap).
+  // So do the sequence-parallel parameters' parts, summed over the tensor group.
   const bool tied_stages = stages > 1;
   if (dp > 1) {
     DataParallelOptions parallel;
     parallel.zero = zero;
-    parallel.overlap = !tied_stages;
+    parallel.overlap = !tied_stages && !config.sequence_parallel;
     optimizer = create_multi_node_optimizer(optimizer, layout.data, parallel);
   }
   std::vector<std::string> tied_paths;
@@ -265,6 +273,14 @@ int main(int argc, char** argv) {
     const bool holds = !tied_paths.empty();
     const CommunicatorPtr tie_group = layout.pipeline->split(holds ? 0 : 1, layout.pipeline->rank());
     if (holds) tie_parameters(*optimizer, tie_group, tied_paths);
+  }
+  if (config.sequence_parallel) {
+    std::vector<std::string> parts;
+    for (const int s : pipe->stage_ids())
+      for (const std::string& path :
+           std::static_pointer_cast<examples::GPT2Stage>(pipe->stage(s))->sequence_parallel_parameters())
+        parts.push_back(std::to_string(s) + "/" + path);
+    sum_gradients_over(*optimizer, layout.tensor, parts);
   }
   optimizer->setup(pipe);
   const CommunicatorPtr model_group = tp * pp > 1 ? world->split(layout.data_rank, rank) : nullptr;
@@ -299,12 +315,13 @@ int main(int argc, char** argv) {
                 cache.empty() ? "none" : cache.c_str());
     std::printf(
         "model: GPT-2, %lld blocks x %lld wide, %lld heads, context %lld, vocabulary %lld (%lld rows); "
-        "%lld parameters, rank 0 holds %lld; ranks %d = tp %lld x pp %lld x dp %lld, zero %d; %s; batch %lld x "
+        "%lld parameters, rank 0 holds %lld; ranks %d = tp %lld x pp %lld x dp %lld, zero %d%s; %s; batch %lld x "
         "%lld tokens, %lld steps, AdamW lr %g (warmup %lld, cosine to x%g), clip %g\n",
         static_cast<long long>(config.layers), static_cast<long long>(config.dim), static_cast<long long>(config.heads),
         static_cast<long long>(config.context), static_cast<long long>(config.vocabulary),
         static_cast<long long>(config.rows()), static_cast<long long>(config.parameters()), parameters, world->size(),
-        tp, pp, dp, zero, schedule.describe().c_str(), batchsize, seq_len, steps, lr, warmup, min_ratio, clip);
+        tp, pp, dp, zero, config.sequence_parallel ? ", sequence parallel" : "", schedule.describe().c_str(), batchsize,
+        seq_len, steps, lr, warmup, min_ratio, clip);
     std::fflush(stdout);
     auto log = std::make_shared<LogReport>(Trigger::iterations(eval_interval));
     trainer.extend(log);
@@ -317,8 +334,8 @@ int main(int argc, char** argv) {
     if (flags.get_int("progress") != 0) trainer.extend(std::make_shared<ProgressBar>(1));
   }
   char layout_text[160];
-  std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x dp %lld, zero %d, %s", tp, pp, dp, zero,
-                schedule.describe().c_str());
+  std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x dp %lld, zero %d, %s%s", tp, pp, dp, zero,
+                schedule.describe().c_str(), config.sequence_parallel ? ", sequence parallel" : "");
   const auto checkpoint_writer = examples::setup_checkpoints(trainer, world, flags, kProgram, layout_text);
   auto timer = std::make_shared<StepTimer>();
   trainer.extend(timer, Trigger::iterations(1));

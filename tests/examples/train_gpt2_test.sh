@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # train_gpt2 end to end on the King James Bible at a reduced size (4 blocks, 64 wide, GPT-2's
 # tokenizer and 50,257 tokens): the first 20 steps' losses (and validation losses) at tp 2,
-# pp 2 (1F1B, 4 microbatches), pp 2 interleaved, dp 2 with ZeRO 3, pp 2 x dp 2 with ZeRO 1 and
-# tp 2 x pp 2 equal the 1-rank run's within f32 rounding, with the gradients clipped to a norm
-# the runs must all compute over the whole model (--clip 0.1 clips every step here); the loss
-# falls; pp 2's checkpoint (the tied embedding once) resumes in one process on the same losses;
-# rank 0 alone prints; a sample is printed; misuse is a one-line error.
+# pp 2 (1F1B, 4 microbatches), pp 2 interleaved, dp 2 with ZeRO 3, pp 2 x dp 2 with ZeRO 1,
+# tp 2 x pp 2, tp 2 with sequence parallelism, and that x dp 2 with ZeRO 1 equal the 1-rank run's
+# within f32 rounding, with the gradients clipped to a norm the runs must all compute over the
+# whole model (--clip 0.1 clips every step here); the loss falls; pp 2's checkpoint (the tied
+# embedding once) resumes in one process on the same losses; rank 0 alone prints; a sample is
+# printed; misuse is a one-line error.
 set -uo pipefail
 bin="examples/gpt2/train_gpt2"
 export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
@@ -36,9 +37,11 @@ run pp 2 --pp 2 --microbatches 4 --checkpoint-interval $((steps / 2)) --checkpoi
 run resumed 1 --resume-checkpoint "$t/pp_checkpoints/step_$((steps / 2))"
 run interleaved 2 --pp 2 --schedule interleaved --stages-per-rank 2 --microbatches 4
 run zero3 2 --zero 3
+run tpsp 2 --tp 2 --sequence-parallel 1
 if [ "$short" != 1 ]; then
   run ppzero1 4 --pp 2 --microbatches 2 --zero 1
   run tppp 4 --tp 2 --pp 2 --microbatches 4 --sample 8
+  run tpspdp 4 --tp 2 --sequence-parallel 1 --zero 1
   grep -q "ranks 4 = tp 2 x pp 2 x dp 1, zero 0; '1f1b' (2 ranks, 2 stages, 4 microbatches)" "$t/tppp.txt" \
     || { cat "$t/tppp.txt"; fail "tppp header"; }
   [ "$(grep -c "^train_gpt2:" "$t/tppp.txt")" = 1 ] && [ "$(grep -c "^--- sample" "$t/tppp.txt")" = 1 ] \
@@ -57,7 +60,7 @@ one = log("one")
 assert [e["iteration"] for e in one] == list(range(1, steps + 1)), one
 # Learning: the training loss falls from ln(50257) ~ 10.8.
 assert one[0]["main/loss"] > 10.5 and one[-1]["main/loss"] < one[0]["main/loss"] - (0.2 if short else 0.5), one
-names = ["tp", "pp", "interleaved", "zero3"] + ([] if short else ["ppzero1", "tppp"])
+names = ["tp", "pp", "interleaved", "zero3", "tpsp"] + ([] if short else ["ppzero1", "tppp", "tpspdp"])
 # The resumed run's log continues the checkpoint's (its first half is the pipeline's).
 resumed = log("resumed")
 assert [e["iteration"] for e in resumed] == list(range(1, steps + 1)), resumed
