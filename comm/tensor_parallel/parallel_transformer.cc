@@ -33,15 +33,12 @@ Variable ParallelSelfAttention::forward(const Variable& x) {
     const Variable heads = functions::multi_head_self_attention(forward_last_axis(*qkv_, x), local_heads_, causal_);
     return forward_last_axis(*proj_, heads);
   }
-  // This rank's positions [T_r, B, dim] as rows; qkv gathers every rank's: [T * B, 3 dim / ranks]
-  // in position order, which attention takes batch first.
-  const std::int64_t B = x.shape()[1];
-  const Variable qkv = qkv_->forward(functions::reshape(x, {-1, dim_}));
-  const std::int64_t T = qkv.shape()[0] / B;
-  const Variable heads = functions::multi_head_self_attention(
-      functions::transpose(functions::reshape(qkv, {T, B, qkv.shape()[1]}), {1, 0, 2}), local_heads_, causal_);
-  const Variable rows = functions::reshape(functions::transpose(heads, {1, 0, 2}), {T * B, heads.shape()[2]});
-  return functions::reshape(proj_->forward(rows), x.shape());  // reduce-scattered back to this rank's rows
+  // qkv gathers every rank's positions, [T, B, 3 dim / ranks], which attention takes batch first;
+  // proj reduce-scatters the heads' products back to this rank's positions.
+  const Variable qkv = qkv_->forward(x);
+  const Variable heads =
+      functions::multi_head_self_attention(functions::transpose(qkv, {1, 0, 2}), local_heads_, causal_);
+  return proj_->forward(functions::transpose(heads, {1, 0, 2}));
 }
 
 ParallelMLP::ParallelMLP(CommunicatorPtr comm, std::int64_t dim, std::int64_t hidden, LinearOptions options,
@@ -56,9 +53,8 @@ ParallelMLP::ParallelMLP(CommunicatorPtr comm, std::int64_t dim, std::int64_t hi
 
 Variable ParallelMLP::forward(const Variable& x) {
   if (!sequence_parallel_) return forward_last_axis(*fc2_, functions::gelu(forward_last_axis(*fc1_, x)));
-  // Row by row: fc1 gathers every rank's rows, fc2 reduce-scatters them back to this rank's.
-  const Variable rows = functions::reshape(x, {-1, x.shape().back()});
-  return functions::reshape(fc2_->forward(functions::gelu(fc1_->forward(rows))), x.shape());
+  // fc1 gathers every rank's positions, fc2 reduce-scatters them back to this rank's.
+  return fc2_->forward(functions::gelu(fc1_->forward(x)));
 }
 
 std::shared_ptr<TransformerBlock> make_parallel_transformer_block(CommunicatorPtr comm, std::int64_t dim,

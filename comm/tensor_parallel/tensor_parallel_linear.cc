@@ -1,5 +1,7 @@
 #include "comm/tensor_parallel/tensor_parallel_linear.h"
 
+#include "autograd/functions/array.h"
+
 #include "autograd/functions/arithmetic.h"
 #include "autograd/functions/linalg.h"
 #include "core/ops.h"
@@ -47,9 +49,17 @@ Variable ColumnParallelLinear::forward(const Variable& x) {
     initialize_W(x.shape().back());
   }
   check_group_agrees("ColumnParallelLinear", {in_size_, out_size_});
-  const Variable input =
-      sequence_parallel_ ? F::gather_from_sequence_parallel_region(*comm_, x) : F::copy_to_parallel_region(*comm_, x);
-  const Variable y = F::linear(input, param("W"), options_.nobias ? Variable() : param("b"));
+  if (sequence_parallel_) {
+    // Every rank's positions [T, ..., in], then the product over the last axis.
+    const Variable whole = F::gather_from_sequence_parallel_region(*comm_, x);
+    Shape shape = whole.shape();
+    const Variable y = F::linear(F::reshape(whole, {-1, shape.back()}), param("W"),
+                                 options_.nobias ? Variable() : param("b"));
+    shape.back() = share_.size();
+    return F::reshape(y, shape);
+  }
+  const Variable y = F::linear(F::copy_to_parallel_region(*comm_, x), param("W"),
+                               options_.nobias ? Variable() : param("b"));
   return gather_output_ ? F::gather_from_parallel_region(*comm_, y, -1) : y;
 }
 
@@ -91,9 +101,17 @@ Variable RowParallelLinear::forward(const Variable& x) {
   TANDEM_CHECK(mine.dim() >= 2 && mine.shape().back() == share_.size(), "RowParallelLinear: rank ", comm_->rank(),
                " of ", comm_->size(), " takes its ", share_.size(), " of ", in_size_, " input features",
                input_is_parallel_ ? " (input_is_parallel: this rank's share)" : "", ", got ", mine.description());
-  const Variable partial = F::linear(mine, param("W"));
-  const Variable y = sequence_parallel_ ? F::reduce_scatter_to_sequence_parallel_region(*comm_, partial)
-                                        : F::reduce_from_parallel_region(*comm_, partial);
+  Variable y;
+  if (sequence_parallel_) {
+    // The product over the last axis of [T, ..., in_r], summed over the ranks, each keeping its
+    // positions (the first axis, share_of(T)).
+    Shape shape = mine.shape();
+    shape.back() = out_size_;
+    const Variable partial = F::reshape(F::linear(F::reshape(mine, {-1, share_.size()}), param("W")), shape);
+    y = F::reduce_scatter_to_sequence_parallel_region(*comm_, partial);
+  } else {
+    y = F::reduce_from_parallel_region(*comm_, F::linear(mine, param("W")));
+  }
   return options_.nobias ? y : F::add(y, param("b"));
 }
 

@@ -15,13 +15,15 @@
 // backward, per pair.
 //
 // Sequence parallelism (Megatron-LM's, set_sequence_parallel): outside the pair each rank holds
-// its own rows of the activations (parallel_region.h's sequence functions), not all of them.
-// ColumnParallelLinear then takes this rank's rows and gathers them (backward: reduce-scatter, in
-// place of copy_to's allreduce); RowParallelLinear reduce-scatters its partial products to this
-// rank's rows (in place of the allreduce) and adds the bias to those rows, so the bias's gradient
-// is this rank's part of it: the caller sums it over the group (as the layer norms' between the
-// pairs; comm/model_parallel/tied_parameters.h, sum_gradients_over). The rows' split is
-// share_of(rows) in rank order, so any number of rows works.
+// its own positions of the sequence (parallel_region.h's sequence functions), not all of them:
+// activations [T_r, ..., features], sequence first, rank r the positions share_of(T, r).
+// ColumnParallelLinear then takes this rank's positions and gathers every rank's (backward:
+// reduce-scatter, in place of copy_to's allreduce), giving [T, ..., its features];
+// RowParallelLinear takes [T, ..., its input features] and reduce-scatters the summed products to
+// this rank's positions (in place of the allreduce), adding the bias to them, so the bias's
+// gradient is this rank's part of it: the caller sums it over the group (as the layer norms'
+// between the pairs; comm/model_parallel/tied_parameters.h, sum_gradients_over). Any T splits,
+// evenly or not, and any number of axes may follow the sequence's.
 //
 // Initialisation: the whole W is drawn with the initializer (the same stream as Linear(in, out),
 // so with the same seed on every rank the split model starts as the unsplit one does) and each
@@ -52,7 +54,8 @@ class ColumnParallelLinear : public Link, public TensorParallelLink {
   std::int64_t out_size() const { return out_size_; }
   Communicator& group() const override { return *comm_; }
   std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 0}, {"b", 0}}; }
-  // The input is this rank's rows [N_r, in]; the output all rows' features of this rank's share.
+  // The input is this rank's positions [T_r, ..., in]; the output every position's features of
+  // this rank's share, [T, ..., share].
   void set_sequence_parallel(bool on);
 
  protected:
@@ -81,7 +84,8 @@ class RowParallelLinear : public Link, public TensorParallelLink {
   std::int64_t in_size() const { return in_size_; }
   Communicator& group() const override { return *comm_; }
   std::map<std::string, std::int64_t> split_axes() const override { return {{"W", 1}}; }  // b: replicated
-  // The output is this rank's rows [N_r, out] of the summed products.
+  // The input is every position's share of the features [T, ..., share]; the output this rank's
+  // positions of the summed products, [T_r, ..., out].
   void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
 
  protected:
