@@ -76,6 +76,24 @@ struct LstmSequenceShape {
   std::vector<std::int64_t> lengths;  // per sequence, decreasing
 };
 
+// A fused attention's problem (Backend::attention_forward), validated by the front end
+// (core/ops/attention.h, whose AttentionMask and AttentionDropout say what each field means).
+// q [batch, query_heads, tq, d], k [batch, kv_heads, tk, d], v [batch, kv_heads, tk, dv],
+// contiguous; query_heads a multiple of kv_heads; query_start and key_start resolved (>= 0).
+// Segment ids, when used, are i64 [batch, tq] and [batch, tk] on the kernel's device.
+struct AttentionGeometry {
+  std::int64_t batch = 0, query_heads = 0, kv_heads = 0, tq = 0, tk = 0, d = 0, dv = 0;
+  double scale = 1;
+  bool causal = false;
+  std::int64_t window = 0;
+  std::int64_t query_start = 0, key_start = 0;
+  const Tensor* query_segments = nullptr;
+  const Tensor* key_segments = nullptr;
+  double dropout = 0;
+  std::uint64_t seed = 0;
+  std::int64_t head_offset = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -110,6 +128,18 @@ class Backend {
   // gx = scale * y * (gy - sum over the row of gy * y), from forward's y (masked entries stay 0).
   virtual void softmax_backward(const Tensor& y, const Tensor& gy, std::int64_t rows, std::int64_t n, double scale,
                                 Tensor& gx);
+
+  // Fused attention (core/ops/attention.h): whether this backend runs it for the dtype, and the
+  // kernels. forward writes out [batch, query_heads, tq, dv] (q's dtype) and lse [batch,
+  // query_heads, tq] (q's dtype; -inf for a query that sees no key); backward writes gq, gk, gv
+  // (overwritten) from q, k, v, forward's out and lse, and gout. Backends without them answer false
+  // and F::attention composes the reference instead.
+  virtual bool runs_fused_attention(DType dtype) const { return false; }
+  virtual void attention_forward(const AttentionGeometry& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 Tensor& out, Tensor& lse);
+  virtual void attention_backward(const AttentionGeometry& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const Tensor& gout, Tensor& gq, Tensor& gk,
+                                  Tensor& gv);
 
   // Softmax cross-entropy over each row of x [rows, n] against labels t [rows] (i32/i64, each in
   // [0, n) or ignore_label: the front end, core/ops/cross_entropy.h, has checked them):

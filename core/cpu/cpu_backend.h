@@ -26,6 +26,12 @@ class CpuBackend final : public Backend {
                        Tensor& y) override;
   void softmax_backward(const Tensor& y, const Tensor& gy, std::int64_t rows, std::int64_t n, double scale,
                         Tensor& gx) override;
+  bool runs_fused_attention(DType dtype) const override;  // f32 and f64 (attention.cc)
+  void attention_forward(const AttentionGeometry& g, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                         Tensor& lse) override;
+  void attention_backward(const AttentionGeometry& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& gout, Tensor& gq, Tensor& gk,
+                          Tensor& gv) override;
   void softmax_cross_entropy_forward(const Tensor& x, const Tensor& t, std::int64_t rows, std::int64_t n,
                                      std::int64_t ignore_label, Tensor& losses, Tensor& stats) override;
   void softmax_cross_entropy_backward(const Tensor& x, const Tensor& stats, const Tensor& t, const Tensor& coef,
