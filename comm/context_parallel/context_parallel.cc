@@ -33,8 +33,8 @@ ContextParallel::ContextParallel(std::shared_ptr<Communicator> comm, SequenceLay
   const int R = comm_->size(), r = comm_->rank();
   TANDEM_CHECK(layout_.ranks() == R, "ContextParallel: the layout splits the sequence over ", layout_.ranks(),
                " ranks but the communicator has ", R);
-  TANDEM_CHECK(ulysses_ranks_ >= 1 && R % ulysses_ranks_ == 0, "ContextParallel: all-to-all groups of ",
-               ulysses_ranks_, " ranks must divide the ", R, " ranks");
+  TANDEM_CHECK(ulysses_ranks_ >= 1 && R % ulysses_ranks_ == 0, "ContextParallel: all-to-all groups of ", ulysses_ranks_,
+               " ranks must divide the ", R, " ranks");
   ulysses_comm_ = comm_->split(r / ulysses_ranks_, r);
   ring_comm_ = comm_->split(r % ulysses_ranks_, r);
   ring_layout_ = layout_.grouped(ulysses_ranks_);
@@ -115,10 +115,9 @@ Variable ContextParallel::attention(const Variable& q, const Variable& k, const 
         const std::int64_t kv = h / group, end = std::min(h1, (kv + 1) * group);
         AttentionDropout part_dropout = local_dropout;
         part_dropout.head_offset = dropout.head_offset + h;
-        parts.push_back(functions::ring_attention(*ring_comm_, ring_layout_, heads_of(qu, h - h0, end - h0),
-                                                  heads_of(ku, kv - first_kv, kv - first_kv + 1),
-                                                  heads_of(vu, kv - first_kv, kv - first_kv + 1), local_mask, scale,
-                                                  part_dropout));
+        parts.push_back(functions::ring_attention(
+            *ring_comm_, ring_layout_, heads_of(qu, h - h0, end - h0), heads_of(ku, kv - first_kv, kv - first_kv + 1),
+            heads_of(vu, kv - first_kv, kv - first_kv + 1), local_mask, scale, part_dropout));
         h = end;
       }
       out = parts.size() == 1 ? parts[0] : functions::concat(parts, 1);

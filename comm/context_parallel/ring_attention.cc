@@ -76,11 +76,7 @@ void merge(Tensor& out, Tensor& lse, const Tensor& o, const Tensor& l) {
 class RingAttention : public CommunicationNode {
  public:
   RingAttention(Communicator& comm, SequenceLayout layout, AttentionMask mask, double scale, AttentionDropout dropout)
-      : CommunicationNode(comm),
-        layout_(std::move(layout)),
-        mask_(std::move(mask)),
-        scale_(scale),
-        dropout_(dropout) {}
+      : CommunicationNode(comm), layout_(std::move(layout)), mask_(std::move(mask)), scale_(scale), dropout_(dropout) {}
   std::string name() const override { return "ring_attention"; }
 
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
@@ -110,8 +106,8 @@ class RingAttention : public CommunicationNode {
         outs[i] = zeros({q.size(0), q.size(1), mine[i].run.length, v.size(3)}, q.dtype(), q.device());
         lses[i] = full({q.size(0), q.size(1), mine[i].run.length}, -kInf, q.dtype(), q.device());
       }
-    const Tensor out = mine.empty() ? zeros({q.size(0), q.size(1), 0, v.size(3)}, q.dtype(), q.device())
-                                    : concat(outs, 2);
+    const Tensor out =
+        mine.empty() ? zeros({q.size(0), q.size(1), 0, v.size(3)}, q.dtype(), q.device()) : concat(outs, 2);
     const Tensor lse = mine.empty() ? zeros({q.size(0), q.size(1), 0}, q.dtype(), q.device()) : concat(lses, 2);
     save_for_backward({q, k, v, out, lse});
     return {ops_detail::narrow(out, in[0].dtype())};

@@ -48,8 +48,9 @@ SequenceLayout::SequenceLayout(std::int64_t length, std::vector<std::vector<Posi
   std::vector<std::pair<std::int64_t, std::int64_t>> all;
   for (auto& rank_runs : runs_) {
     // Empty runs carry nothing: drop them, so that every run holds a position.
-    rank_runs.erase(std::remove_if(rank_runs.begin(), rank_runs.end(), [](const PositionRun& r) { return r.length == 0; }),
-                    rank_runs.end());
+    rank_runs.erase(
+        std::remove_if(rank_runs.begin(), rank_runs.end(), [](const PositionRun& r) { return r.length == 0; }),
+        rank_runs.end());
     for (const PositionRun& run : rank_runs) {
       TANDEM_CHECK(run.start >= 0 && run.length > 0, kLayout, ": a run [", run.start, ", +", run.length,
                    ") is not a range of positions");
@@ -79,8 +80,8 @@ std::int64_t SequenceLayout::local_length(int rank) const {
 }
 
 SequenceLayout SequenceLayout::grouped(int group) const {
-  TANDEM_CHECK(group > 0 && ranks() % group == 0, kLayout, "::grouped: groups of ", group,
-               " ranks do not divide ", ranks(), " ranks");
+  TANDEM_CHECK(group > 0 && ranks() % group == 0, kLayout, "::grouped: groups of ", group, " ranks do not divide ",
+               ranks(), " ranks");
   std::vector<std::vector<PositionRun>> runs(static_cast<std::size_t>(ranks() / group));
   for (int r = 0; r < ranks(); ++r)
     for (const PositionRun& run : runs_[r]) runs[static_cast<std::size_t>(r / group)].push_back(run);
@@ -100,7 +101,8 @@ Variable SequenceLayout::shard(const Variable& x, int rank, std::int64_t axis) c
   const Variables pieces = functions::split_axis(x, cuts, axis);
   Variables mine;
   for (const PositionRun& run : runs(rank)) {
-    const std::size_t index = static_cast<std::size_t>(std::upper_bound(cuts.begin(), cuts.end(), run.start) - cuts.begin());
+    const std::size_t index =
+        static_cast<std::size_t>(std::upper_bound(cuts.begin(), cuts.end(), run.start) - cuts.begin());
     mine.push_back(pieces[index]);
   }
   if (mine.empty()) return functions::split_axis(x, std::vector<std::int64_t>{0}, axis)[0];  // no rows
@@ -115,8 +117,9 @@ Variable SequenceLayout::unshard(const Variables& parts, std::int64_t axis) cons
     const Variable& part = parts[r];
     TANDEM_CHECK(part.defined() && axis >= 0 && axis < static_cast<std::int64_t>(part.dim()) &&
                      part.shape()[axis] == local_length(r),
-                 kLayout, "::unshard: rank ", r, "'s part ", part.defined() ? part.description() : std::string("undefined"),
-                 " must hold its ", local_length(r), " positions along axis ", axis);
+                 kLayout, "::unshard: rank ", r, "'s part ",
+                 part.defined() ? part.description() : std::string("undefined"), " must hold its ", local_length(r),
+                 " positions along axis ", axis);
     std::vector<std::int64_t> cuts;
     std::int64_t at = 0;
     for (std::size_t i = 0; i + 1 < runs(r).size(); ++i) cuts.push_back(at += runs(r)[i].length);
