@@ -123,8 +123,8 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
                " must have the same last axis (d)");
   TANDEM_CHECK(v.shape()[n - 2] == tk, op, ": v ", v.description(), " must have one row per key of k ",
                k.description());
-  TANDEM_CHECK(!causal || tk >= tq, op, ": causal attention needs at least as many keys (", tk, ") as queries (",
-               tq, ")");
+  TANDEM_CHECK(!causal || tk >= tq, op, ": causal attention needs at least as many keys (", tk, ") as queries (", tq,
+               ")");
   TANDEM_CHECK(d > 0, op, ": d = 0 (q ", q.description(), ")");
   // The leading axes as the batch, one head.
   std::int64_t batch = 1;
@@ -139,7 +139,8 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   return reshape(out, shape);
 }
 
-Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool causal) {
+Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool causal,
+                                   const AttentionFunction& attend, std::int64_t head_offset) {
   const char* op = "multi_head_self_attention";
   TANDEM_CHECK(qkv.defined() && qkv.dim() == 3, op, ": qkv must be [B, T, heads * 3 * d], not ",
                qkv.defined() ? qkv.description() : std::string("undefined"));
@@ -153,7 +154,10 @@ Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool
   const Variables parts = split_axis(grouped, 3, 0);
   const Variable q = reshape(parts[0], {B, heads, T, d}), k = reshape(parts[1], {B, heads, T, d}),
                  v = reshape(parts[2], {B, heads, T, d});
-  const Variable out = scaled_dot_product_attention(q, k, v, causal);  // [B, H, T, d]
+  AttentionOptions options;
+  options.mask.causal = causal;
+  options.head_offset = head_offset;
+  const Variable out = attend ? attend(q, k, v, options) : attention(q, k, v, options);  // [B, H, T, d]
   return reshape(transpose(out, {0, 2, 1, 3}), {B, T, heads * d});
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "autograd/variable.h"
 #include "core/ops/attention.h"
@@ -32,6 +33,12 @@ Variable attention(const Variable& q, const Variable& k, const Variable& v, cons
 Variable composed_attention(const Variable& q, const Variable& k, const Variable& v,
                             const AttentionOptions& options = {});
 
+// How a multi-head attention attends, given its q, k, v [B, H, T, d] and options: attention()
+// by default; context parallelism (comm/context_parallel) puts its own in its place, a collective
+// over the ranks that split the sequence (the links' set_attention).
+using AttentionFunction =
+    std::function<Variable(const Variable& q, const Variable& k, const Variable& v, const AttentionOptions& options)>;
+
 // Scaled dot-product attention over the last two axes: softmax(q k^T / sqrt(d) + mask) v, for
 // q [..., Tq, d], k [..., Tk, d] and v [..., Tk, dv] with equal leading axes; returns
 // [..., Tq, dv]. causal: query i sees only keys j <= i + (Tk - Tq) (the last Tq positions of a
@@ -45,7 +52,10 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
 // (d features each) at [h * 3d, h * 3d + 3d). Returns the heads' outputs side by side,
 // [B, T, heads * d] (head h at [h * d, h * d + d)). Packing per head lets a tensor-parallel
 // projection give each rank whole heads: a contiguous share of the features is a set of heads.
-Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool causal = true);
+// attend (attention() when empty) runs the heads' attention; head_offset is the first head's
+// index among all heads (a tensor-parallel rank's), for dropout's stream.
+Variable multi_head_self_attention(const Variable& qkv, std::int64_t heads, bool causal = true,
+                                   const AttentionFunction& attend = nullptr, std::int64_t head_offset = 0);
 
 }  // namespace functions
 }  // namespace tandem

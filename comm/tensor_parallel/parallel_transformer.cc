@@ -17,6 +17,7 @@ ParallelSelfAttention::ParallelSelfAttention(CommunicatorPtr comm, std::int64_t 
                " ranks of the tensor-parallel group (each rank attends with whole heads: use a multiple of ", ranks,
                " heads)");
   local_heads_ = heads / ranks;
+  first_head_ = comm->rank() * local_heads_;
   // share_of(3 dim) and share_of(dim) then fall on head boundaries: rank r holds heads
   // [r * local_heads, (r + 1) * local_heads) of both.
   qkv_ = add_link("qkv", std::make_shared<ColumnParallelLinear>(comm, dim, 3 * dim, false, options));
@@ -30,14 +31,15 @@ Variable ParallelSelfAttention::forward(const Variable& x) {
                sequence_parallel_ ? "[T_r, B, " : "[B, T, ", dim_, "], got ",
                x.defined() ? x.description() : std::string("undefined"));
   if (!sequence_parallel_) {
-    const Variable heads = functions::multi_head_self_attention(forward_last_axis(*qkv_, x), local_heads_, causal_);
+    const Variable heads =
+        functions::multi_head_self_attention(forward_last_axis(*qkv_, x), local_heads_, causal_, attend_, first_head_);
     return forward_last_axis(*proj_, heads);
   }
   // qkv gathers every rank's positions, [T, B, 3 dim / ranks], which attention takes batch first;
   // proj reduce-scatters the heads' products back to this rank's positions.
   const Variable qkv = qkv_->forward(x);
-  const Variable heads =
-      functions::multi_head_self_attention(functions::transpose(qkv, {1, 0, 2}), local_heads_, causal_);
+  const Variable heads = functions::multi_head_self_attention(functions::transpose(qkv, {1, 0, 2}), local_heads_,
+                                                              causal_, attend_, first_head_);
   return proj_->forward(functions::transpose(heads, {1, 0, 2}));
 }
 

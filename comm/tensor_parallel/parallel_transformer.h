@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/functions/attention.h"
 #include "comm/tensor_parallel/tensor_parallel_linear.h"
 #include "layers/links/transformer.h"
 
@@ -37,9 +38,12 @@ class ParallelSelfAttention : public Chain {
   // x, y: [B, T, dim], the same on every rank; sequence parallel: [T_r, B, dim], this rank's positions.
   Variable forward(const Variable& x) override;
   std::int64_t local_heads() const { return local_heads_; }
+  // How this rank's heads attend (functions::attention when empty): context parallelism sets its own.
+  void set_attention(functions::AttentionFunction attend) { attend_ = std::move(attend); }
 
  private:
-  std::int64_t dim_, local_heads_;
+  functions::AttentionFunction attend_;
+  std::int64_t dim_, local_heads_, first_head_;
   bool causal_, sequence_parallel_;
   std::shared_ptr<ColumnParallelLinear> qkv_;
   std::shared_ptr<RowParallelLinear> proj_;

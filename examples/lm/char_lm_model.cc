@@ -4,10 +4,10 @@
 #include <cmath>
 
 #include "autograd/functions.h"
-#include "comm/tensor_parallel/parallel_region.h"
-#include "comm/tensor_parallel/vocab_parallel_cross_entropy.h"
 #include "comm/moe/mixture_of_experts.h"
+#include "comm/tensor_parallel/parallel_region.h"
 #include "comm/tensor_parallel/parallel_transformer.h"
+#include "comm/tensor_parallel/vocab_parallel_cross_entropy.h"
 #include "comm/tensor_parallel/vocab_parallel_embedding.h"
 #include "layers/initializers.h"
 #include "layers/links/embed_id.h"
@@ -46,10 +46,10 @@ CharLMStage::CharLMStage(const CharLMConfig& config, int stage, int stages, Comm
   if (first()) {
     // GPT-2's N(0, 0.02) embeddings: with the pre-norm blocks the residual stream starts small.
     const auto embedding_init = initializers::seeded(layer_seed(config, L), initializers::normal(0.02));
-    token_ = tensor_group_ ? LinkPtr(std::make_shared<VocabParallelEmbedding>(tensor_group_, config.vocabulary,
-                                                                              config.dim, std::nullopt, embedding_init))
-                           : LinkPtr(std::make_shared<EmbedID>(config.vocabulary, config.dim, std::nullopt,
-                                                               embedding_init));
+    token_ = tensor_group_
+                 ? LinkPtr(std::make_shared<VocabParallelEmbedding>(tensor_group_, config.vocabulary, config.dim,
+                                                                    std::nullopt, embedding_init))
+                 : LinkPtr(std::make_shared<EmbedID>(config.vocabulary, config.dim, std::nullopt, embedding_init));
     add_child("token", token_);
     position_ = std::make_shared<PositionalEmbedding>(
         config.context, config.dim, initializers::seeded(layer_seed(config, L + 1), initializers::normal(0.02)));
@@ -70,13 +70,30 @@ CharLMStage::CharLMStage(const CharLMConfig& config, int stage, int stages, Comm
     add_child("block" + std::to_string(b), block);
     blocks_.push_back(block);
   }
+  if (config.context_parallel) {
+    // Every block attends through the context-parallel group.
+    const std::shared_ptr<ContextParallel> cp = config.context_parallel;
+    const F::AttentionFunction attend = [cp](const Variable& q, const Variable& k, const Variable& v,
+                                             const F::AttentionOptions& options) {
+      return cp->attention(q, k, v, options);
+    };
+    for (const LinkPtr& block : blocks_) {
+      const LinkPtr attention = static_cast<Chain&>(*block).child("attention");
+      if (auto single = std::dynamic_pointer_cast<MultiHeadSelfAttention>(attention)) single->set_attention(attend);
+      else if (auto parallel = std::dynamic_pointer_cast<ParallelSelfAttention>(attention))
+        parallel->set_attention(attend);
+      else
+        TANDEM_FAIL("CharLMStage: context parallelism needs self-attention links, block ", first_block_, " has a ",
+                    attention->type_name());
+    }
+  }
   if (last()) {
     final_norm_ = std::make_shared<LayerNormalization>(config.dim, 1e-5);
     add_child("norm", final_norm_);
     LinearOptions options;
     options.initialW = initializers::seeded(layer_seed(config, L + 2), initializers::lecun_normal());
-    head_ = tensor_group_ ? LinkPtr(std::make_shared<ColumnParallelLinear>(tensor_group_, config.dim,
-                                                                           config.vocabulary, false, options))
+    head_ = tensor_group_ ? LinkPtr(std::make_shared<ColumnParallelLinear>(tensor_group_, config.dim, config.vocabulary,
+                                                                           false, options))
                           : LinkPtr(std::make_shared<Linear>(config.dim, config.vocabulary, options));
     add_child("head", head_);
   }
@@ -120,8 +137,10 @@ void CharLMStage::sample_next(double temperature, Generator* generator) {
 Variable CharLMStage::logits(const Variable& rows) { return head_->forward((*final_norm_)(rows)); }
 
 Variable CharLMStage::logits_for(const Variable& ids) {
-  TANDEM_CHECK(first() && last() && !tensor_group_, "CharLMStage::logits_for: needs the whole model in one stage "
-               "without a tensor group (stage ", stage_, " of ", stages_, ")");
+  TANDEM_CHECK(first() && last() && !tensor_group_,
+               "CharLMStage::logits_for: needs the whole model in one stage "
+               "without a tensor group (stage ",
+               stage_, " of ", stages_, ")");
   TANDEM_CHECK(ids.dim() == 2, "CharLMStage::logits_for: ids must be [B, T], got ", ids.description());
   Variable h = position_->forward(token_->forward(ids));
   for (const LinkPtr& block : blocks_) h = block->forward(h);
@@ -136,7 +155,20 @@ Variables CharLMStage::forward_many(const Variables& xs) {
   Variable h = xs[0];
   if (first()) {
     TANDEM_CHECK(h.dim() == 2, "CharLMStage: ids must be [B, T], got ", h.description());
-    h = position_->forward(token_->forward(h));
+    if (config_.context_parallel) {
+      // This rank's positions: their rows of the position table.
+      const ContextParallel& cp = *config_.context_parallel;
+      const std::int64_t mine = cp.layout().local_length(cp.communicator().rank());
+      TANDEM_CHECK(h.shape()[1] == mine && cp.layout().length() == config_.context,
+                   "CharLMStage: under context "
+                   "parallelism ids must be this rank's ",
+                   mine, " positions of sequences of --context ", config_.context, " (the layout's ",
+                   cp.layout().length(), "), got ", h.description());
+      const Variable& table = static_cast<PositionalEmbedding&>(*position_).W();
+      h = F::add(token_->forward(h), F::expand_dims(cp.shard(table, 0), 0));
+    } else {
+      h = position_->forward(token_->forward(h));
+    }
   }
   for (const LinkPtr& block : blocks_) h = block->forward(h);
   if (!last()) return {h};

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/context_parallel/context_parallel.h"
 #include "comm/transport/communicator.h"
 #include "core/random.h"
 #include "layers/link.h"
@@ -38,7 +39,7 @@ struct CharLMConfig {
   std::int64_t context = 64;    // the longest sequence (the position table's rows)
   std::int64_t dim = 128;
   std::int64_t heads = 4;
-  std::int64_t layers = 4;      // transformer blocks
+  std::int64_t layers = 4;  // transformer blocks
   std::int64_t mlp_ratio = 4;
   std::uint64_t seed = 0;
   // Mixture of experts (comm/moe/mixture_of_experts.h): with experts > 0, every block's MLP is
@@ -51,6 +52,10 @@ struct CharLMConfig {
   double load_balance_coef = 0;
   double z_loss_coef = 0;
   CommunicatorPtr expert_group;
+  // Context parallelism (comm/context_parallel): every stage takes this rank's positions of each
+  // sequence (context_parallel->layout(), of `context` positions), [B, T_r]; attention is the
+  // group's, the position table's rows are those positions'. Null: whole sequences.
+  std::shared_ptr<ContextParallel> context_parallel;
 };
 
 class CharLMStage : public Chain {

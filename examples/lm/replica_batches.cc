@@ -25,21 +25,27 @@ pipeline::StepResult average_over_replicas(const pipeline::StepResult& step, con
 
 }  // namespace
 
-Example replica_rows(const Example& batch, const pipeline::ParallelLayout& layout) {
+Example replica_rows(const Example& batch, const pipeline::ParallelLayout& layout, const ContextParallel* cp) {
   if (layout.data_parallel == 1) return batch;
   TANDEM_CHECK(!batch.empty(), "replica_rows: an empty batch");
-  const Share rows = share_of(batch[0].size(0), layout.data_rank, layout.data_parallel);
+  const int group = cp ? cp->communicator().size() : 1;
+  const int replicas = layout.data_parallel / group, replica = layout.data_rank / group;
+  const Share rows = share_of(batch[0].size(0), replica, replicas);
   TANDEM_CHECK(rows.size() > 0, "replica_rows: a batch of ", batch[0].size(0), " example(s) leaves none to replica ",
-               layout.data_rank, " of ", layout.data_parallel);
+               replica, " of ", replicas);
   Example mine;
-  for (const Tensor& field : batch) mine.push_back(field.slice_rows(rows.begin, rows.end));
+  for (const Tensor& field : batch) {
+    const Tensor part = field.slice_rows(rows.begin, rows.end);
+    mine.push_back(cp ? cp->shard(Variable(part), 1).data() : part);
+  }
   return mine;
 }
 
-LossFunction replica_loss(std::shared_ptr<pipeline::Pipeline> pipe, pipeline::ParallelLayout layout) {
+LossFunction replica_loss(std::shared_ptr<pipeline::Pipeline> pipe, pipeline::ParallelLayout layout,
+                          std::shared_ptr<ContextParallel> cp) {
   TANDEM_CHECK(pipe != nullptr, "replica_loss: a pipeline is required");
-  return [pipe, layout](const Example& batch) {
-    const pipeline::StepResult step = average_over_replicas(pipe->step(replica_rows(batch, layout)), layout);
+  return [pipe, layout, cp](const Example& batch) {
+    const pipeline::StepResult step = average_over_replicas(pipe->step(replica_rows(batch, layout, cp.get())), layout);
     LossResult result;
     result.loss = Variable(full({}, step.loss, DType::f64));
     result.observation = step.observation;
@@ -50,11 +56,12 @@ LossFunction replica_loss(std::shared_ptr<pipeline::Pipeline> pipe, pipeline::Pa
 }
 
 std::shared_ptr<Evaluator> replica_evaluator(std::shared_ptr<Iterator> iterator,
-                                             std::shared_ptr<pipeline::Pipeline> pipe,
-                                             pipeline::ParallelLayout layout) {
+                                             std::shared_ptr<pipeline::Pipeline> pipe, pipeline::ParallelLayout layout,
+                                             std::shared_ptr<ContextParallel> cp) {
   TANDEM_CHECK(pipe != nullptr, "replica_evaluator: a pipeline is required");
-  return std::make_shared<Evaluator>(std::move(iterator), [pipe, layout](const Example& batch) {
-    const pipeline::StepResult step = average_over_replicas(pipe->evaluate(replica_rows(batch, layout)), layout);
+  return std::make_shared<Evaluator>(std::move(iterator), [pipe, layout, cp](const Example& batch) {
+    const pipeline::StepResult step =
+        average_over_replicas(pipe->evaluate(replica_rows(batch, layout, cp.get())), layout);
     Observation observation = step.observation;
     observation["loss"] = step.loss;
     return observation;

@@ -109,8 +109,15 @@ int main(int argc, char** argv) {
   flags.add_double("lr", 2e-3, "Adam's learning rate");
   flags.add_int("tp", 1, "tensor-parallel ranks per stage");
   flags.add_int("pp", 1, "pipeline ranks");
+  flags.add_int("cp", 1, "context-parallel ranks: each sequence's positions split over them (comm/context_parallel)");
+  flags.add_int("cp-ulysses", 1,
+                "context parallelism's all-to-all groups: 1 ring attention, --cp all-to-all (Ulysses), between: both");
+  flags.add_string("cp-layout", "balanced",
+                   "how positions split over the --cp ranks: balanced (2 chunks each, causal work even) or contiguous");
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
-  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved; each with -dw (1f1b-dw): the weight gradients computed at the step's end, one product per weight over the whole batch");
+  flags.add_string("schedule", "1f1b",
+                   "pipeline schedule: gpipe, 1f1b or interleaved; each with -dw (1f1b-dw): the weight gradients "
+                   "computed at the step's end, one product per weight over the whole batch");
   flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
   flags.add_int("experts", 0, "mixture of experts: every block's MLP becomes this many MLPs (0: dense)");
   flags.add_int("top-k", 1, "experts per character (1 or 2)");
@@ -140,8 +147,8 @@ int main(int argc, char** argv) {
                 "--dtype's 16 bits, and the first beyond tolerance (training/precision_report.h; 0: none)");
   const int status = examples::parse_command_line(
       flags, argc, argv, kProgram,
-      {"context", "dim", "heads", "layers", "batchsize", "iterations", "tp", "pp", "microbatches", "stages-per-rank",
-       "eval-interval", "snapshot-interval", "top-k"});
+      {"context", "dim", "heads", "layers", "batchsize", "iterations", "tp", "pp", "cp", "cp-ulysses", "microbatches",
+       "stages-per-rank", "eval-interval", "snapshot-interval", "top-k"});
   if (status >= 0) return status;
   auto world = create_communicator("naive");
   const int rank = world->rank();
@@ -149,9 +156,10 @@ int main(int argc, char** argv) {
                   microbatches = flags.get_int("microbatches"), per_rank = flags.get_int("stages-per-rank"),
                   iterations = flags.get_int("iterations"), eval_interval = flags.get_int("eval-interval");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
-  TANDEM_CHECK(world->size() % (tp * pp) == 0, kProgram, ": --tp ", tp, " x --pp ", pp, " must divide the ",
-               world->size(), " rank(s)");
-  const long long dp = world->size() / (tp * pp);
+  const long long cp = flags.get_int("cp");
+  TANDEM_CHECK(world->size() % (tp * pp * cp) == 0, kProgram, ": --tp ", tp, " x --pp ", pp, " x --cp ", cp,
+               " must divide the ", world->size(), " rank(s)");
+  const long long dp = world->size() / (tp * pp * cp);
   TANDEM_CHECK(batchsize % dp == 0 && microbatches <= batchsize / dp, kProgram, ": --batchsize ", batchsize,
                " must split evenly over the ", dp, " data-parallel replica(s), each with at least --microbatches ",
                microbatches, " sequences");
@@ -173,8 +181,8 @@ int main(int argc, char** argv) {
   config.z_loss_coef = flags.get_double("z-loss");
   const long long ep = flags.get_int("expert-parallel") > 0 ? flags.get_int("expert-parallel") : dp;
   if (config.experts > 0) {
-    TANDEM_CHECK(dp % ep == 0 && config.experts % ep == 0, kProgram, ": --expert-parallel ", ep,
-                 " must divide the ", dp, " data-parallel replica(s) and the ", config.experts, " --experts");
+    TANDEM_CHECK(dp % ep == 0 && config.experts % ep == 0, kProgram, ": --expert-parallel ", ep, " must divide the ",
+                 dp, " data-parallel replica(s) and the ", config.experts, " --experts");
     TANDEM_CHECK(pp == 1 || (config.load_balance_coef == 0 && config.z_loss_coef == 0), kProgram,
                  ": the experts' auxiliary losses reach the loss on the last pipeline stage only; with --pp ", pp,
                  " pass --load-balance 0 --z-loss 0");
@@ -182,12 +190,34 @@ int main(int argc, char** argv) {
   const long long stages = pp * per_rank;
   TANDEM_CHECK(config.layers >= stages, kProgram, ": --layers ", config.layers, " cannot fill ", stages,
                " pipeline stages: every stage needs a block");
+  const std::string cp_layout = flags.get_string("cp-layout");
+  if (cp > 1) {
+    TANDEM_CHECK(cp_layout == "balanced" || cp_layout == "contiguous", kProgram,
+                 ": --cp-layout must be balanced or contiguous, got '", cp_layout, "'");
+    const long long pieces = cp_layout == "balanced" ? 2 * cp : cp;
+    TANDEM_CHECK(config.context % pieces == 0, kProgram, ": --context ", config.context, " must split into ", pieces,
+                 " equal pieces for --cp ", cp, " (", cp_layout, "), so that every rank's mean loss weighs alike");
+    TANDEM_CHECK(config.experts == 0, kProgram, ": --cp with --experts is not supported yet");
+  }
   DatasetPtr train = make_sequence_dataset(corpus.train, config.context, config.context);
   DatasetPtr validation = make_sequence_dataset(corpus.validation, config.context, config.context);
 
   const Device device = examples::training_device(flags, kProgram, world->intra_rank());
   world->set_device(device);
-  const pipeline::ParallelLayout layout = pipeline::make_parallel_layout(world, static_cast<int>(tp), static_cast<int>(pp));
+  const pipeline::ParallelLayout layout =
+      pipeline::make_parallel_layout(world, static_cast<int>(tp), static_cast<int>(pp));
+  // Context parallelism inside the data group: its ranks d cp .. (d + 1) cp - 1 split replica d's
+  // sequences (replica_batches.h); gradients average over the whole data group.
+  std::shared_ptr<ContextParallel> context_parallel;
+  if (cp > 1) {
+    const SequenceLayout positions = cp_layout == "balanced"
+                                         ? SequenceLayout::balanced(config.context, static_cast<int>(cp))
+                                         : SequenceLayout::contiguous(config.context, static_cast<int>(cp));
+    context_parallel =
+        std::make_shared<ContextParallel>(layout.data->split(layout.data_rank / static_cast<int>(cp), layout.data_rank),
+                                          positions, static_cast<int>(flags.get_int("cp-ulysses")));
+    config.context_parallel = context_parallel;
+  }
   // Experts over groups of --expert-parallel data replicas (the ranks that hold the same stage
   // and tensor share): each group holds every expert once.
   ExpertLayout experts;
@@ -197,22 +227,24 @@ int main(int argc, char** argv) {
   }
   const pipeline::Schedule schedule = pipeline::schedule_by_name(
       flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
-  std::vector<LinkPtr> my_stages = examples::make_char_lm_stages(
-      config, static_cast<int>(stages), static_cast<int>(pp), layout.stage_rank, tp > 1 ? layout.tensor : nullptr);
+  std::vector<LinkPtr> my_stages = examples::make_char_lm_stages(config, static_cast<int>(stages), static_cast<int>(pp),
+                                                                 layout.stage_rank, tp > 1 ? layout.tensor : nullptr);
   for (LinkPtr& stage : my_stages) stage->to(device);
   auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule, my_stages);
 
   std::shared_ptr<Optimizer> optimizer = std::make_shared<Adam>(flags.get_double("lr"));
   const int zero = static_cast<int>(flags.get_int("zero"));
-  TANDEM_CHECK(zero <= 3 && (zero == 0 || (dp > 1 && config.experts == 0)), kProgram, ": --zero ", zero,
-               " needs 1 to 3, more than one data-parallel replica (here ", dp, ") and no --experts");
+  // The gradients average over the data group: the replicas and, inside each, its --cp ranks.
+  const long long data_ranks = dp * cp;
+  TANDEM_CHECK(zero <= 3 && (zero == 0 || (data_ranks > 1 && config.experts == 0)), kProgram, ": --zero ", zero,
+               " needs 1 to 3, more than one data-parallel rank (here ", data_ranks, ") and no --experts");
   if (dp > 1 && config.experts > 0) {
     optimizer = create_multi_node_optimizer(optimizer, moe_parameter_groups(*pipe, layout.data, experts));
   } else if (zero > 0) {
     DataParallelOptions parallel;
     parallel.zero = zero;
     optimizer = create_multi_node_optimizer(optimizer, layout.data, parallel);
-  } else if (dp > 1) {
+  } else if (data_ranks > 1) {
     optimizer = create_multi_node_optimizer(optimizer, layout.data);
   }
   const TrainingPrecision precision = training_precision(flags.get_string("dtype"));
@@ -225,35 +257,38 @@ int main(int argc, char** argv) {
   pipe->set_loss_scaler(optimizer->loss_scaler());
   // Every rank iterates the same global batches; each replica computes its rows.
   auto train_iter = std::make_shared<SerialIterator>(train, batchsize, true, true, seed);
-  auto updater = std::make_shared<StandardUpdater>(train_iter, optimizer, examples::replica_loss(pipe, layout));
+  auto updater =
+      std::make_shared<StandardUpdater>(train_iter, optimizer, examples::replica_loss(pipe, layout, context_parallel));
   Trainer trainer(updater, Trigger::iterations(iterations), examples::rank_out(flags, rank), pipe);
-  auto val_iter = std::make_shared<SerialIterator>(
-      whole_batches(validation, flags.get_int("val-examples"), batchsize), batchsize, false, false);
-  trainer.extend(examples::replica_evaluator(val_iter, pipe, layout), Trigger::iterations(eval_interval));
+  auto val_iter = std::make_shared<SerialIterator>(whole_batches(validation, flags.get_int("val-examples"), batchsize),
+                                                   batchsize, false, false);
+  trainer.extend(examples::replica_evaluator(val_iter, pipe, layout, context_parallel),
+                 Trigger::iterations(eval_interval));
 
   const double unigram = unigram_bits_per_character(corpus.train, corpus.validation, corpus.vocabulary.size());
   long long parameters = 0;
   for (const LinkPtr& stage : my_stages) parameters += stage->count_params();
   if (rank == 0) {
-    std::printf("%s: %s: %lld train / %lld validation characters (%lld / %lld documents), %lld distinct; unigram "
-                "baseline %.3f bits/char on validation\n",
-                kProgram, data.empty() ? "fortunes" : data.c_str(), static_cast<long long>(corpus.train.size()),
-                static_cast<long long>(corpus.validation.size()), static_cast<long long>(corpus.train_documents),
-                static_cast<long long>(corpus.validation_documents), static_cast<long long>(config.vocabulary),
-                unigram);
+    std::printf(
+        "%s: %s: %lld train / %lld validation characters (%lld / %lld documents), %lld distinct; unigram "
+        "baseline %.3f bits/char on validation\n",
+        kProgram, data.empty() ? "fortunes" : data.c_str(), static_cast<long long>(corpus.train.size()),
+        static_cast<long long>(corpus.validation.size()), static_cast<long long>(corpus.train_documents),
+        static_cast<long long>(corpus.validation_documents), static_cast<long long>(config.vocabulary), unigram);
     std::printf(
         "model: %lld blocks x %lld wide, %lld heads, context %lld; rank 0 holds %lld parameters; ranks %d = "
-        "tp %lld x pp %lld x dp %lld; %s; batch %lld, %lld iterations, Adam lr %g, dtype %s\n",
+        "tp %lld x pp %lld x cp %lld x dp %lld; %s; batch %lld, %lld iterations, Adam lr %g, dtype %s\n",
         static_cast<long long>(config.layers), static_cast<long long>(config.dim), static_cast<long long>(config.heads),
-        static_cast<long long>(config.context), parameters, world->size(), tp, pp, dp, schedule.describe().c_str(),
+        static_cast<long long>(config.context), parameters, world->size(), tp, pp, cp, dp, schedule.describe().c_str(),
         batchsize, iterations, flags.get_double("lr"), precision.name.c_str());
     if (config.experts > 0) {
       char mode[64] = "dropless";
       if (config.capacity_factor > 0) std::snprintf(mode, sizeof mode, "capacity factor %g", config.capacity_factor);
-      std::printf("experts: %lld per block, top-%d, %s, over groups of %lld rank(s) (%lld per rank); "
-                  "load-balancing loss x %g, z-loss x %g\n",
-                  static_cast<long long>(config.experts), config.top_k, mode, ep,
-                  static_cast<long long>(config.experts / ep), config.load_balance_coef, config.z_loss_coef);
+      std::printf(
+          "experts: %lld per block, top-%d, %s, over groups of %lld rank(s) (%lld per rank); "
+          "load-balancing loss x %g, z-loss x %g\n",
+          static_cast<long long>(config.experts), config.top_k, mode, ep, static_cast<long long>(config.experts / ep),
+          config.load_balance_coef, config.z_loss_coef);
     }
     std::fflush(stdout);
     corpus.vocabulary.write(flags.get_string("out") + "/vocabulary.txt");
@@ -274,15 +309,15 @@ int main(int argc, char** argv) {
   examples::resume(trainer, *world, flags, kProgram);
   // Sharded checkpoints (comm/checkpoint): saved by every rank in parallel, loaded under any layout.
   char layout_text[160];
-  std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x dp %lld, zero %d, %s, experts %lld over %lld", tp,
-                pp, dp, zero, schedule.describe().c_str(), static_cast<long long>(config.experts),
-                config.experts > 0 ? ep : 0LL);
+  std::snprintf(layout_text, sizeof layout_text,
+                "tp %lld x pp %lld x cp %lld x dp %lld, zero %d, %s, experts %lld over %lld", tp, pp, cp, dp, zero,
+                schedule.describe().c_str(), static_cast<long long>(config.experts), config.experts > 0 ? ep : 0LL);
   const auto checkpoint_writer = examples::setup_checkpoints(trainer, world, flags, kProgram, layout_text);
   if (flags.get_int("precision-report") > 0) {
     TANDEM_CHECK(precision.autocast, kProgram,
                  ": --precision-report compares --dtype mixed_bf16 or mixed_f16 with f32");
     // The first batch, as the trainer will take it (every rank the same batch; each its part).
-    const LossFunction step_loss = examples::replica_loss(pipe, layout);
+    const LossFunction step_loss = examples::replica_loss(pipe, layout, context_parallel);
     SerialIterator first(train, batchsize, false, false);
     const Example batch = first.next();
     const PrecisionReport report = precision_report(
@@ -296,7 +331,7 @@ int main(int argc, char** argv) {
   // The whole validation text (in whole batches), then a sample.
   if (flags.get_int("final-eval") != 0) {
     auto all_val = std::make_shared<SerialIterator>(whole_batches(validation, 0, batchsize), batchsize, false, false);
-    const Observation final_metrics = examples::replica_evaluator(all_val, pipe, layout)->evaluate();
+    const Observation final_metrics = examples::replica_evaluator(all_val, pipe, layout, context_parallel)->evaluate();
     if (rank == 0) {
       std::printf("validation (%lld characters): loss %.4f, %.3f bits/char (unigram baseline %.3f)\n",
                   static_cast<long long>(whole_batches(validation, 0, batchsize)->size() * config.context),
@@ -308,11 +343,13 @@ int main(int argc, char** argv) {
   // Where rank 0's memory went (core/memory_stats.h): the figures docs/mixed-precision.md quotes.
   if (rank == 0) std::printf("memory: %s\n", host_memory_fields(host_memory_stats()).c_str());
   const long long length = flags.get_int("sample-length");
-  if (length > 0) {
+  if (length > 0 && cp > 1 && rank == 0) std::printf("(no sample: sampling runs on whole sequences, not under --cp)\n");
+  if (length > 0 && cp == 1) {
     const std::string text = sample(*pipe, corpus.vocabulary, flags.get_string("prompt"), length, config.context,
                                     flags.get_double("temperature"), seed + 1);
-    if (rank == 0) std::printf("--- sample (temperature %g) ---\n%s%s\n---\n", flags.get_double("temperature"),
-                               flags.get_string("prompt").c_str(), text.c_str());
+    if (rank == 0)
+      std::printf("--- sample (temperature %g) ---\n%s%s\n---\n", flags.get_double("temperature"),
+                  flags.get_string("prompt").c_str(), text.c_str());
   }
   return 0;
 }

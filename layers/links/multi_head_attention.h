@@ -7,6 +7,7 @@
 // by heads over ranks; with the same initialiser both start from the same weights.
 #pragma once
 
+#include "autograd/functions/attention.h"
 #include "layers/links/linear.h"
 
 namespace tandem {
@@ -19,8 +20,11 @@ class MultiHeadSelfAttention : public Chain {
   std::string type_name() const override { return "MultiHeadSelfAttention"; }
   Variable forward(const Variable& x) override;
   std::int64_t heads() const { return heads_; }
+  // How the heads attend (functions::attention when empty): context parallelism sets its own.
+  void set_attention(functions::AttentionFunction attend) { attend_ = std::move(attend); }
 
  private:
+  functions::AttentionFunction attend_;
   std::int64_t dim_, heads_;
   bool causal_;
   std::shared_ptr<Linear> qkv_, proj_;
