@@ -186,6 +186,16 @@ class RingAttention : public CommunicationNode {
 
 }  // namespace
 
+std::vector<std::pair<PositionRun, PositionRun>> ring_attention_blocks(const SequenceLayout& layout,
+                                                                       const AttentionMask& mask, int rank, int step) {
+  const int R = layout.ranks();
+  std::vector<std::pair<PositionRun, PositionRun>> blocks;
+  for (const PositionRun& q : layout.runs(rank))
+    for (const PositionRun& k : layout.runs(((rank - step) % R + R) % R))
+      if (may_see(mask, q, k)) blocks.push_back({q, k});
+  return blocks;
+}
+
 Variable ring_attention(Communicator& comm, const SequenceLayout& layout, const Variable& q, const Variable& k,
                         const Variable& v, const AttentionMask& mask, double scale, const AttentionDropout& dropout) {
   return call<RingAttention>({q, k, v}, comm, layout, mask, scale, dropout)[0];

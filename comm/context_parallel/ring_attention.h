@@ -8,6 +8,9 @@
 // with them and arriving home after the last step.
 #pragma once
 
+#include <utility>
+#include <vector>
+
 #include "autograd/variable.h"
 #include "comm/context_parallel/sequence_layout.h"
 #include "comm/transport/communicator.h"
@@ -20,5 +23,11 @@ namespace tandem::functions {
 // comm.size(). q [B, Hq, T_r, d], k [B, Hkv, T_r, d], v [B, Hkv, T_r, dv].
 Variable ring_attention(Communicator& comm, const SequenceLayout& layout, const Variable& q, const Variable& k,
                         const Variable& v, const AttentionMask& mask, double scale, const AttentionDropout& dropout);
+
+// The (query run, key run) pairs rank `rank` attends at ring step `step` (keys and values of rank
+// rank - step), leaving out those the mask hides entirely: the fused attention calls ring
+// attention makes there, for measuring how evenly a layout spreads the work.
+std::vector<std::pair<PositionRun, PositionRun>> ring_attention_blocks(const SequenceLayout& layout,
+                                                                       const AttentionMask& mask, int rank, int step);
 
 }  // namespace tandem::functions
