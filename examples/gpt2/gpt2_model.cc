@@ -17,6 +17,7 @@
 #include "layers/links/embed_id.h"
 #include "layers/links/layer_normalization.h"
 #include "layers/links/linear.h"
+#include "layers/links/multi_head_attention.h"
 #include "layers/links/positional_embedding.h"
 #include "layers/links/transformer.h"
 
@@ -115,6 +116,21 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, int stage, int stages, Communicat
     add_child("h." + std::to_string(b), block);
     blocks_.push_back(block);
   }
+  if (config.context_parallel) {
+    TANDEM_CHECK(!config.sequence_parallel,
+                 "GPT2Stage: context parallelism and sequence parallelism both split the "
+                 "sequence: use one");
+    const std::shared_ptr<ContextParallel> cp = config.context_parallel;
+    const F::AttentionFunction attend = [cp](const Variable& q, const Variable& k, const Variable& v,
+                                             const F::AttentionOptions& options) {
+      return cp->attention(q, k, v, options);
+    };
+    for (const LinkPtr& block : blocks_) {
+      const LinkPtr attention = static_cast<Chain&>(*block).child("attention");
+      if (auto single = std::dynamic_pointer_cast<MultiHeadSelfAttention>(attention)) single->set_attention(attend);
+      else std::static_pointer_cast<ParallelSelfAttention>(attention)->set_attention(attend);
+    }
+  }
   if (last()) {
     ln_f_ = std::make_shared<LayerNormalization>(config.dim, 1e-5);
     add_child("ln_f", ln_f_);
@@ -127,8 +143,7 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, int stage, int stages, Communicat
                                         : Share{0, config.rows()};
       std::vector<float> mask(static_cast<std::size_t>(share.size()), 0.0f);
       for (std::int64_t i = 0; i < share.size(); ++i)
-        if (share.begin + i >= config.vocabulary)
-          mask[static_cast<std::size_t>(i)] = 1.0f;
+        if (share.begin + i >= config.vocabulary) mask[static_cast<std::size_t>(i)] = 1.0f;
       padding_mask_ = from_vector(mask, {share.size()});
     }
   }
@@ -196,7 +211,20 @@ Variables GPT2Stage::forward_many(const Variables& xs) {
   if (first()) {
     TANDEM_CHECK(h.dim() == 2 && h.shape()[1] <= config_.context,
                  "GPT2Stage: ids must be [B, T] with T <= ", config_.context, ", got ", h.description());
-    h = wpe_->forward(wte_->forward(h));
+    if (config_.context_parallel) {
+      // This rank's positions of sequences of the layout's length: their rows of wpe.
+      const ContextParallel& cp = *config_.context_parallel;
+      const std::int64_t length = cp.layout().length();
+      TANDEM_CHECK(h.shape()[1] == cp.layout().local_length(cp.communicator().rank()) && length <= config_.context,
+                   "GPT2Stage: under context parallelism ids must be this rank's ",
+                   cp.layout().local_length(cp.communicator().rank()), " positions of sequences of ", length,
+                   " tokens (at most the context ", config_.context, "), got ", h.description());
+      const Variable table = std::static_pointer_cast<PositionalEmbedding>(wpe_)->W();
+      const Variable rows = F::get_item(table, {Index::range(0, length)});
+      h = F::add(wte_->forward(h), F::expand_dims(cp.shard(rows, 0), 0));
+    } else {
+      h = wpe_->forward(wte_->forward(h));
+    }
     // Sequence parallel: this rank's positions, sequence first.
     if (sequence_parallel()) h = F::scatter_to_sequence_parallel_region(*tensor_group_, F::transpose(h, {1, 0, 2}));
   }

@@ -35,6 +35,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/context_parallel/context_parallel.h"
 #include "comm/pipeline/tied_stage.h"
 #include "comm/transport/communicator.h"
 #include "core/random.h"
@@ -56,6 +57,10 @@ struct GPT2Config {
   // the head's layer norm run on 1/ranks of the activations; the trainer sums the gradients of
   // sequence_parallel_parameters() over the tensor group.
   bool sequence_parallel = false;
+  // Context parallelism (comm/context_parallel): the first stage takes this rank's positions of
+  // each sequence (context_parallel->layout(): sequences of its length), [B, T_r], wpe's rows
+  // being those positions'; every block attends through the group. Not with sequence_parallel.
+  std::shared_ptr<ContextParallel> context_parallel;
 
   std::int64_t rows() const { return padded_vocabulary > 0 ? padded_vocabulary : vocabulary; }
   // Parameters of the whole model (the tied head counted once).

@@ -150,6 +150,11 @@ int main(int argc, char** argv) {
   flags.add_double("clip", 1.0, "clip the gradients' global norm to this (0: no clipping)");
   flags.add_int("tp", 1, "tensor-parallel ranks per stage");
   flags.add_int("pp", 1, "pipeline ranks");
+  flags.add_int("cp", 1, "context-parallel ranks: each sequence's positions split over them (comm/context_parallel)");
+  flags.add_int("cp-ulysses", 1,
+                "context parallelism's all-to-all groups: 1 ring attention, --cp all-to-all (Ulysses), between: both");
+  flags.add_string("cp-layout", "balanced",
+                   "how positions split over the --cp ranks: balanced (2 chunks each, causal work even) or contiguous");
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
   flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved (each with -dw)");
   flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
@@ -169,10 +174,10 @@ int main(int argc, char** argv) {
   examples::add_checkpoint_flags(flags);
   flags.add_int("seed", 0, "random seed (initialisation, batch order, sampling)");
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
-  const int status =
-      examples::parse_command_line(flags, argc, argv, kProgram,
-                                   {"layers", "dim", "heads", "context", "seq-len", "batchsize", "steps", "tp", "pp",
-                                    "microbatches", "stages-per-rank", "eval-interval", "vocabulary-multiple"});
+  const int status = examples::parse_command_line(
+      flags, argc, argv, kProgram,
+      {"layers", "dim", "heads", "context", "seq-len", "batchsize", "steps", "tp", "pp", "cp", "cp-ulysses",
+       "microbatches", "stages-per-rank", "eval-interval", "vocabulary-multiple"});
   if (status >= 0) return status;
   // The text, tokenised once, read before MPI starts (bible runs in a child process): every rank
   // reads the same cache (or makes the same tokens).
@@ -188,9 +193,20 @@ int main(int argc, char** argv) {
                   steps = flags.get_int("steps"), eval_interval = flags.get_int("eval-interval"),
                   seq_len = flags.get_int("seq-len");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
-  TANDEM_CHECK(world->size() % (tp * pp) == 0, kProgram, ": --tp ", tp, " x --pp ", pp, " must divide the ",
-               world->size(), " rank(s)");
-  const long long dp = world->size() / (tp * pp);
+  const long long cp = flags.get_int("cp");
+  TANDEM_CHECK(cp >= 1 && world->size() % (tp * pp * cp) == 0, kProgram, ": --tp ", tp, " x --pp ", pp, " x --cp ", cp,
+               " must divide the ", world->size(), " rank(s)");
+  const long long dp = world->size() / (tp * pp * cp);
+  const std::string cp_layout = flags.get_string("cp-layout");
+  if (cp > 1) {
+    TANDEM_CHECK(cp_layout == "balanced" || cp_layout == "contiguous", kProgram,
+                 ": --cp-layout must be balanced or contiguous, got '", cp_layout, "'");
+    const long long pieces = cp_layout == "balanced" ? 2 * cp : cp;
+    TANDEM_CHECK(seq_len % pieces == 0, kProgram, ": --seq-len ", seq_len, " must split into ", pieces,
+                 " equal pieces for --cp ", cp, " (", cp_layout, "), so that every rank's mean loss weighs alike");
+    TANDEM_CHECK(flags.get_int("sequence-parallel") == 0, kProgram,
+                 ": --cp and --sequence-parallel both split the sequence: use one");
+  }
   TANDEM_CHECK(batchsize % dp == 0 && microbatches <= batchsize / dp, kProgram, ": --batchsize ", batchsize,
                " must split evenly over the ", dp, " data-parallel replica(s), each with at least --microbatches ",
                microbatches, " sequences");
@@ -222,6 +238,17 @@ int main(int argc, char** argv) {
 
   const pipeline::ParallelLayout layout =
       pipeline::make_parallel_layout(world, static_cast<int>(tp), static_cast<int>(pp));
+  // Context parallelism inside the data group: its ranks d cp .. (d + 1) cp - 1 split replica d's
+  // sequences (examples/lm/replica_batches.h); gradients average over the whole data group.
+  std::shared_ptr<ContextParallel> context_parallel;
+  if (cp > 1) {
+    const int ranks = static_cast<int>(cp);
+    context_parallel = std::make_shared<ContextParallel>(
+        layout.data->split(layout.data_rank / ranks, layout.data_rank),
+        cp_layout == "balanced" ? SequenceLayout::balanced(seq_len, ranks) : SequenceLayout::contiguous(seq_len, ranks),
+        static_cast<int>(flags.get_int("cp-ulysses")));
+    config.context_parallel = context_parallel;
+  }
   const pipeline::Schedule schedule = pipeline::schedule_by_name(
       flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
   const CommunicatorPtr tensor_group = tp > 1 ? layout.tensor : nullptr;
@@ -247,13 +274,15 @@ int main(int argc, char** argv) {
   auto adam = std::make_shared<Adam>(adam_options);
   std::shared_ptr<Optimizer> optimizer = adam;
   const int zero = static_cast<int>(flags.get_int("zero"));
-  TANDEM_CHECK(zero >= 0 && zero <= 3 && (zero == 0 || dp > 1), kProgram, ": --zero ", zero,
-               " needs 1 to 3 and more than one data-parallel replica (here ", dp, ")");
+  // The gradients average over the data group: the replicas and, inside each, its --cp ranks.
+  const long long data_ranks = dp * cp;
+  TANDEM_CHECK(zero >= 0 && zero <= 3 && (zero == 0 || data_ranks > 1), kProgram, ": --zero ", zero,
+               " needs 1 to 3 and more than one data-parallel rank (here ", data_ranks, ")");
   // The tied embedding: the copies on the first and last stage add their gradients before the
   // data-parallel average, which therefore waits for backward to end (no overlap).
   // So do the sequence-parallel parameters' parts, summed over the tensor group.
   const bool tied_stages = stages > 1;
-  if (dp > 1) {
+  if (data_ranks > 1) {
     DataParallelOptions parallel;
     parallel.zero = zero;
     parallel.overlap = !tied_stages && !config.sequence_parallel;
@@ -292,7 +321,7 @@ int main(int argc, char** argv) {
   // rate follows the schedule of the update about to be made (optimizer.t(): resumes continue it).
   const long long warmup = std::min<long long>(flags.get_int("warmup"), steps - 1);
   const double min_ratio = flags.get_double("min-lr-ratio");
-  const LossFunction replica_step = examples::replica_loss(pipe, layout);
+  const LossFunction replica_step = examples::replica_loss(pipe, layout, context_parallel);
   const LossFunction step = [=](const Example& batch) {
     adam->hyperparam.eta = warmup_cosine(adam->t(), warmup, steps, min_ratio);
     LossResult result = replica_step(batch);
@@ -304,7 +333,8 @@ int main(int argc, char** argv) {
   Trainer trainer(updater, Trigger::iterations(steps), examples::rank_out(flags, rank), pipe);
   auto val_iter = std::make_shared<SerialIterator>(first_batches(validation, flags.get_int("val-batches"), batchsize),
                                                    batchsize, false, false);
-  trainer.extend(examples::replica_evaluator(val_iter, pipe, layout), Trigger::iterations(eval_interval));
+  trainer.extend(examples::replica_evaluator(val_iter, pipe, layout, context_parallel),
+                 Trigger::iterations(eval_interval));
 
   long long parameters = 0;
   for (const LinkPtr& stage : my_stages) parameters += stage->count_params();
@@ -315,13 +345,14 @@ int main(int argc, char** argv) {
                 cache.empty() ? "none" : cache.c_str());
     std::printf(
         "model: GPT-2, %lld blocks x %lld wide, %lld heads, context %lld, vocabulary %lld (%lld rows); "
-        "%lld parameters, rank 0 holds %lld; ranks %d = tp %lld x pp %lld x dp %lld, zero %d%s; %s; batch %lld x "
+        "%lld parameters, rank 0 holds %lld; ranks %d = tp %lld x pp %lld x cp %lld x dp %lld, zero %d%s; %s; batch "
+        "%lld x "
         "%lld tokens, %lld steps, AdamW lr %g (warmup %lld, cosine to x%g), clip %g\n",
         static_cast<long long>(config.layers), static_cast<long long>(config.dim), static_cast<long long>(config.heads),
         static_cast<long long>(config.context), static_cast<long long>(config.vocabulary),
         static_cast<long long>(config.rows()), static_cast<long long>(config.parameters()), parameters, world->size(),
-        tp, pp, dp, zero, config.sequence_parallel ? ", sequence parallel" : "", schedule.describe().c_str(), batchsize,
-        seq_len, steps, lr, warmup, min_ratio, clip);
+        tp, pp, cp, dp, zero, config.sequence_parallel ? ", sequence parallel" : "", schedule.describe().c_str(),
+        batchsize, seq_len, steps, lr, warmup, min_ratio, clip);
     std::fflush(stdout);
     auto log = std::make_shared<LogReport>(Trigger::iterations(eval_interval));
     trainer.extend(log);
@@ -334,8 +365,8 @@ int main(int argc, char** argv) {
     if (flags.get_int("progress") != 0) trainer.extend(std::make_shared<ProgressBar>(1));
   }
   char layout_text[160];
-  std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x dp %lld, zero %d, %s%s", tp, pp, dp, zero,
-                schedule.describe().c_str(), config.sequence_parallel ? ", sequence parallel" : "");
+  std::snprintf(layout_text, sizeof layout_text, "tp %lld x pp %lld x cp %lld x dp %lld, zero %d, %s%s", tp, pp, cp, dp,
+                zero, schedule.describe().c_str(), config.sequence_parallel ? ", sequence parallel" : "");
   const auto checkpoint_writer = examples::setup_checkpoints(trainer, world, flags, kProgram, layout_text);
   auto timer = std::make_shared<StepTimer>();
   trainer.extend(timer, Trigger::iterations(1));
@@ -348,10 +379,10 @@ int main(int argc, char** argv) {
     if (ms > 0) {
       const char* threads = std::getenv("OMP_NUM_THREADS");
       std::printf(
-          "name=tandem.train_gpt2.ranks%d lib=tandem threads=%s ranks=%d tp=%lld pp=%lld dp=%lld zero=%d "
+          "name=tandem.train_gpt2.ranks%d lib=tandem threads=%s ranks=%d tp=%lld pp=%lld cp=%lld dp=%lld zero=%d "
           "microbatches=%lld batch=%lld seqlen=%lld d=%lld heads=%lld layers=%lld vocab=%lld iters=%zu "
           "median_ms=%.4f tokens_per_s=%.1f peak_rss_mb=%.1f\n",
-          world->size(), threads ? threads : "default", world->size(), tp, pp, dp, zero, microbatches, batchsize,
+          world->size(), threads ? threads : "default", world->size(), tp, pp, cp, dp, zero, microbatches, batchsize,
           seq_len, static_cast<long long>(config.dim), static_cast<long long>(config.heads),
           static_cast<long long>(config.layers), static_cast<long long>(config.vocabulary), timer->timed(), ms,
           static_cast<double>(batchsize * seq_len) / (ms * 1e-3),
@@ -371,7 +402,9 @@ int main(int argc, char** argv) {
           save_training_checkpoint(*world, trainer, examples::rank_out(flags, 0) + "/sample_checkpoint");
       const CommunicatorPtr self = world->split(rank, 0);
       if (rank == 0) {
-        whole = std::make_shared<examples::GPT2Stage>(config, 0, 1);
+        examples::GPT2Config whole_config = config;
+        whole_config.context_parallel = nullptr;  // the whole sequence in one process
+        whole = std::make_shared<examples::GPT2Stage>(whole_config, 0, 1);
         load_model_checkpoint(*self, *whole, directory);
       }
     }

@@ -2,7 +2,8 @@
 # train_gpt2 end to end on the King James Bible at a reduced size (4 blocks, 64 wide, GPT-2's
 # tokenizer and 50,257 tokens): the first 20 steps' losses (and validation losses) at tp 2,
 # pp 2 (1F1B, 4 microbatches), pp 2 interleaved, dp 2 with ZeRO 3, pp 2 x dp 2 with ZeRO 1,
-# tp 2 x pp 2, tp 2 with sequence parallelism, and that x dp 2 with ZeRO 1 equal the 1-rank run's
+# tp 2 x pp 2, tp 2 with sequence parallelism, and that x dp 2 with ZeRO 1, context parallelism
+# (cp 2 ring, cp 2 x dp 2 all-to-all with ZeRO 1, cp 2 x pp 2) equal the 1-rank run's
 # within f32 rounding, with the gradients clipped to a norm the runs must all compute over the
 # whole model (--clip 0.1 clips every step here); the loss falls; pp 2's checkpoint (the tied
 # embedding once) resumes in one process on the same losses; rank 0 alone prints; a sample is
@@ -38,11 +39,15 @@ run resumed 1 --resume-checkpoint "$t/pp_checkpoints/step_$((steps / 2))"
 run interleaved 2 --pp 2 --schedule interleaved --stages-per-rank 2 --microbatches 4
 run zero3 2 --zero 3
 run tpsp 2 --tp 2 --sequence-parallel 1
+run cp 2 --cp 2 --sample 8
 if [ "$short" != 1 ]; then
+  run cpdp 4 --cp 2 --cp-ulysses 2 --zero 1
+  run cppp 4 --cp 2 --pp 2 --microbatches 2
+  grep -q "ranks 4 = tp 1 x pp 2 x cp 2 x dp 1" "$t/cppp.txt" || { cat "$t/cppp.txt"; fail "cppp header"; }
   run ppzero1 4 --pp 2 --microbatches 2 --zero 1
   run tppp 4 --tp 2 --pp 2 --microbatches 4 --sample 8
   run tpspdp 4 --tp 2 --sequence-parallel 1 --zero 1
-  grep -q "ranks 4 = tp 2 x pp 2 x dp 1, zero 0; '1f1b' (2 ranks, 2 stages, 4 microbatches)" "$t/tppp.txt" \
+  grep -q "ranks 4 = tp 2 x pp 2 x cp 1 x dp 1, zero 0; '1f1b' (2 ranks, 2 stages, 4 microbatches)" "$t/tppp.txt" \
     || { cat "$t/tppp.txt"; fail "tppp header"; }
   [ "$(grep -c "^train_gpt2:" "$t/tppp.txt")" = 1 ] && [ "$(grep -c "^--- sample" "$t/tppp.txt")" = 1 ] \
     || { cat "$t/tppp.txt"; fail "more than rank 0 printed, or no sample from the split model"; }
@@ -60,7 +65,7 @@ one = log("one")
 assert [e["iteration"] for e in one] == list(range(1, steps + 1)), one
 # Learning: the training loss falls from ln(50257) ~ 10.8.
 assert one[0]["main/loss"] > 10.5 and one[-1]["main/loss"] < one[0]["main/loss"] - (0.2 if short else 0.5), one
-names = ["tp", "pp", "interleaved", "zero3", "tpsp"] + ([] if short else ["ppzero1", "tppp", "tpspdp"])
+names = ["tp", "pp", "interleaved", "zero3", "tpsp", "cp"] + ([] if short else ["ppzero1", "tppp", "tpspdp", "cpdp", "cppp"])
 # The resumed run's log continues the checkpoint's (its first half is the pipeline's).
 resumed = log("resumed")
 assert [e["iteration"] for e in resumed] == list(range(1, steps + 1)), resumed
