@@ -32,6 +32,8 @@ PolicyTable& policy_table() {
     // keeps bf16 probabilities for backward instead of f32 ones beside their bf16 copy.
     made->entries["scaled_softmax"] = AutocastPolicy::promote;
     made->entries["cast"] = AutocastPolicy::as_given;
+    // A recomputed region casts inside, as its functions say (autograd/checkpoint.h).
+    made->entries["checkpoint"] = AutocastPolicy::as_given;
     return made;
   }();
   return *table;

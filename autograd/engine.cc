@@ -6,12 +6,12 @@
 
 #include "autograd/backward_observer.h"
 #include "autograd/check_finite.h"
-#include "autograd/order_free_gradients.h"
-#include "autograd/tensor_observer.h"
 #include "autograd/function_node.h"
 #include "autograd/grad_mode.h"
-#include "core/ops/elementwise.h"
+#include "autograd/order_free_gradients.h"
+#include "autograd/tensor_observer.h"
 #include "core/deterministic.h"
+#include "core/ops/elementwise.h"
 #include "core/timeline.h"
 
 namespace tandem {
@@ -24,7 +24,7 @@ class BackwardEngine {
   void run(const Variables& outputs, const std::vector<Tensor>& seeds) {
     TANDEM_CHECK(outputs.size() == seeds.size(), "backward: ", outputs.size(), " outputs but ", seeds.size(), " seeds");
     for (std::size_t i = 0; i < outputs.size(); ++i) seed(outputs[i], seeds[i]);
-    observers_ = backward_observers();
+    if (options_.notify_observers) observers_ = backward_observers();
     if (!observers_.empty()) {
       count_leaf_uses(outputs);
       for (BackwardObserver* observer : observers_) observer->backward_started();
@@ -115,13 +115,15 @@ class BackwardEngine {
     if (function.zero_fill_grad_outputs()) {
       for (std::size_t i = 0; i < grad_outputs.size(); ++i) {
         if (!grad_outputs[i].defined())
-          grad_outputs[i] = zeros(function.output_meta_[i].shape, function.output_meta_[i].dtype,
-                                  function.output_meta_[i].device);
+          grad_outputs[i] =
+              zeros(function.output_meta_[i].shape, function.output_meta_[i].dtype, function.output_meta_[i].device);
       }
     }
     function.check_not_released();
     // Parameters sharded over ranks (ZeRO-3) that this backward reads are gathered first.
-    if (!observers_.empty()) gather_released_leaves(function.inputs());
+    // (Also in a backward inside another, which tells the observers nothing else: the region a
+    // checkpoint recomputes reads parameters that ZeRO-3 may have released since.)
+    if (!observers_.empty() || !options_.notify_observers) gather_released_leaves(function.inputs());
     function.graph_retained_ = options_.retain_graph;
     std::vector<Tensor> grad_inputs;
     {
@@ -189,24 +191,28 @@ class BackwardEngine {
           stack.push_back(input->creator.get());
         }
       }
+      for (const std::shared_ptr<VariableNode>& leaf : function->hidden_leaves())
+        if (leaf->requires_grad && !leaf->creator) ++leaf_uses_[leaf.get()];
     }
   }
 
   // After `function` ran: its leaves whose last user it was get their gradient now, and the
   // observers hear of it.
   void release_final_leaves(const FunctionNode& function) {
-    for (const std::shared_ptr<VariableNode>& input : function.inputs()) {
-      if (!input->requires_grad || input->creator) continue;
-      auto uses = leaf_uses_.find(input.get());
-      if (uses == leaf_uses_.end() || --uses->second > 0) continue;
-      leaf_uses_.erase(uses);
-      auto it = gradients_.find(input.get());
-      if (it != gradients_.end()) {
-        deliver(it->second);
-        gradients_.erase(it);
-      }
-      for (BackwardObserver* observer : observers_) observer->leaf_final(*input);
+    for (const std::shared_ptr<VariableNode>& input : function.inputs()) release_if_final(input);
+    for (const std::shared_ptr<VariableNode>& leaf : function.hidden_leaves()) release_if_final(leaf);
+  }
+  void release_if_final(const std::shared_ptr<VariableNode>& input) {
+    if (!input->requires_grad || input->creator) return;
+    auto uses = leaf_uses_.find(input.get());
+    if (uses == leaf_uses_.end() || --uses->second > 0) return;
+    leaf_uses_.erase(uses);
+    auto it = gradients_.find(input.get());
+    if (it != gradients_.end()) {
+      deliver(it->second);
+      gradients_.erase(it);
     }
+    for (BackwardObserver* observer : observers_) observer->leaf_final(*input);
   }
 
   // Whatever remains belongs to leaves (or to variables whose creator had nothing to do).

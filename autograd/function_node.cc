@@ -38,6 +38,28 @@ void check_outputs_finite(const std::string& function, const std::vector<Tensor>
 
 }  // namespace
 
+namespace autograd_detail {
+
+namespace {
+thread_local LeafRecorder* g_leaf_recorder = nullptr;
+}  // namespace
+
+LeafRecorder::LeafRecorder() : previous_(g_leaf_recorder) { g_leaf_recorder = this; }
+LeafRecorder::~LeafRecorder() {
+  g_leaf_recorder = previous_;
+  // An enclosing region reads what this one read.
+  if (previous_)
+    for (const auto& leaf : leaves_) previous_->add(leaf);
+}
+void LeafRecorder::add(const std::shared_ptr<VariableNode>& leaf) {
+  for (const auto& known : leaves_)
+    if (known == leaf) return;
+  leaves_.push_back(leaf);
+}
+LeafRecorder* active_leaf_recorder() { return g_leaf_recorder; }
+
+}  // namespace autograd_detail
+
 Variables FunctionNode::apply(const Variables& given) {
   // Under an AutocastScope the inputs arrive cast to the precision of this function's policy.
   const Variables autocast = autocast_dtype() ? autograd_detail::autocast_inputs(name(), given) : Variables();
@@ -56,6 +78,9 @@ Variables FunctionNode::apply(const Variables& given) {
     // its products may run on a packed copy while it stays unchanged (core/storage.h).
     if (inputs[i].requires_grad() && inputs[i].is_leaf() && input_data.back().defined())
       input_data.back().storage()->mark_weight();
+    if (inputs[i].requires_grad() && inputs[i].is_leaf())
+      if (autograd_detail::LeafRecorder* recorder = autograd_detail::active_leaf_recorder())
+        recorder->add(inputs[i].node());
   }
   recording_ = grad_enabled() && (any_requires_grad || always_record());
   // The sequence number is taken before forward runs, so a function that communicates in its
@@ -137,8 +162,8 @@ Tensor* FunctionNode::leaf_gradient_to_accumulate(std::size_t i) const {
   const std::shared_ptr<VariableImpl> variable = node->variable.lock();
   if (!variable) return nullptr;
   Tensor& grad = variable->grad;
-  if (!grad.defined() || grad.storage().use_count() != 1 || grad.shape() != node->shape || grad.dtype() != node->dtype ||
-      grad.device() != node->device)
+  if (!grad.defined() || grad.storage().use_count() != 1 || grad.shape() != node->shape ||
+      grad.dtype() != node->dtype || grad.device() != node->device)
     return nullptr;
   return &grad;
 }

@@ -26,12 +26,31 @@ namespace tandem {
 struct FunctionDescription {
   enum class Exchange { none, send, recv, collective };
   Exchange exchange = Exchange::none;
-  int peer = -1;  // send: the destination; recv: the source; a collective with a root: the root
-  int tag = -1;   // send and recv
-  int rank = -1, size = 0;  // this rank in the communicator, and the communicator's size
+  int peer = -1;                       // send: the destination; recv: the source; a collective with a root: the root
+  int tag = -1;                        // send and recv
+  int rank = -1, size = 0;             // this rank in the communicator, and the communicator's size
   const void* communicator = nullptr;  // identity only: messages are matched within one
-  std::string detail;  // anything else worth a line in the dump
+  std::string detail;                  // anything else worth a line in the dump
 };
+
+namespace autograd_detail {
+// While one is alive on a thread, every function applied there reports the leaves requiring a
+// gradient that it reads (once each): what an activation-checkpointed region reads.
+class LeafRecorder {
+ public:
+  LeafRecorder();
+  ~LeafRecorder();
+  LeafRecorder(const LeafRecorder&) = delete;
+  LeafRecorder& operator=(const LeafRecorder&) = delete;
+  std::vector<std::shared_ptr<VariableNode>> leaves() const { return leaves_; }
+  void add(const std::shared_ptr<VariableNode>& leaf);
+
+ private:
+  LeafRecorder* previous_;
+  std::vector<std::shared_ptr<VariableNode>> leaves_;
+};
+LeafRecorder* active_leaf_recorder();
+}  // namespace autograd_detail
 
 class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
  public:
@@ -85,7 +104,15 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
   // Throws the "graph already freed" error if release_saved() has run.
   void check_not_released() const;
 
+  // Leaves (parameters) this function's backward gives gradients to without taking them as
+  // inputs: those an activation-checkpointed region reads (autograd/checkpoint.h), whose backward
+  // recomputes the region and delivers their gradients itself. The engine counts them as uses,
+  // so that a data-parallel optimizer hears of such a leaf's final gradient only after this
+  // function's backward has added its share.
+  const std::vector<std::shared_ptr<VariableNode>>& hidden_leaves() const { return hidden_leaves_; }
+
  protected:
+  void set_hidden_leaves(std::vector<std::shared_ptr<VariableNode>> leaves) { hidden_leaves_ = std::move(leaves); }
   void save_for_backward(std::vector<Tensor> tensors);
   // One more tensor after those saved so far (an output a function keeps once it knows it needs it).
   void save_also(Tensor tensor) {
@@ -111,6 +138,7 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
 
   std::int64_t sequence_number_ = -1;
   std::vector<std::shared_ptr<VariableNode>> inputs_;
+  std::vector<std::shared_ptr<VariableNode>> hidden_leaves_;
   std::vector<std::weak_ptr<VariableNode>> outputs_;
   // Shape, dtype and device of each output, to zero-fill missing gradients (one vector, not
   // three: every recorded function allocates it).

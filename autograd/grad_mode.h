@@ -19,6 +19,19 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Switches recording back on for a scope (inside backward, which runs with it off: activation
+// checkpointing recomputes a forward there, autograd/checkpoint.h).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 bool train_mode();
 
 class TrainModeGuard {

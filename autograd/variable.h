@@ -22,7 +22,7 @@ struct VariableImpl;
 // The graph-side half of a variable. Functions hold their inputs' nodes strongly and their
 // outputs' nodes weakly, so a graph lives exactly as long as some output still refers to it.
 struct VariableNode {
-  std::weak_ptr<VariableImpl> variable;  // where leaf gradients are delivered
+  std::weak_ptr<VariableImpl> variable;   // where leaf gradients are delivered
   std::shared_ptr<FunctionNode> creator;  // null for leaves
   bool requires_grad = false;
   // A link's parameter (Link::initialize_param). Deterministic mode adds each gradient term of a
@@ -43,6 +43,10 @@ struct BackwardOptions {
   bool retain_graph = false;
   // Also store gradients in intermediate (non-leaf) variables that are still alive.
   bool retain_grad = false;
+  // Tell the backward observers (autograd/backward_observer.h: a data-parallel optimizer's
+  // overlap) about this backward. Off for a backward run inside another one (activation
+  // checkpointing's recompute): the outer backward is the one they follow.
+  bool notify_observers = true;
 };
 
 class Variable {

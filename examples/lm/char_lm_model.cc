@@ -134,6 +134,12 @@ void CharLMStage::sample_next(double temperature, Generator* generator) {
   generator_ = generator;
 }
 
+std::vector<TransformerBlock*> CharLMStage::transformer_blocks() const {
+  std::vector<TransformerBlock*> out;
+  for (const LinkPtr& block : blocks_) out.push_back(&static_cast<TransformerBlock&>(*block));
+  return out;
+}
+
 Variable CharLMStage::logits(const Variable& rows) { return head_->forward((*final_norm_)(rows)); }
 
 Variable CharLMStage::logits_for(const Variable& ids) {

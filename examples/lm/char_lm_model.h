@@ -80,6 +80,8 @@ class CharLMStage : public Chain {
   bool last() const { return stage_ == stages_ - 1; }
   int first_block() const { return first_block_; }
   int blocks() const { return static_cast<int>(blocks_.size()); }
+  // This stage's transformer blocks (for their recompute: layers/links/transformer.h).
+  std::vector<TransformerBlock*> transformer_blocks() const;
 
  private:
   Variable logits(const Variable& rows);  // [N, dim] -> [N, V] (this rank's share under tensor parallelism)

@@ -57,6 +57,7 @@
 #include "training/extensions/reporting.h"
 #include "training/mixed_precision.h"
 #include "training/precision_report.h"
+#include "training/recompute_budget.h"
 #include "training/trainer.h"
 
 using namespace tandem;
@@ -114,6 +115,11 @@ int main(int argc, char** argv) {
                 "context parallelism's all-to-all groups: 1 ring attention, --cp all-to-all (Ulysses), between: both");
   flags.add_string("cp-layout", "balanced",
                    "how positions split over the --cp ranks: balanced (2 chunks each, causal work even) or contiguous");
+  flags.add_string("recompute", "none",
+                   "activation checkpointing in every block: none, mlp, attention or block (both branches)");
+  flags.add_double("recompute-budget", 0,
+                   "MB: recompute the fewest blocks' branches that keep a step's measured peak of activations and "
+                   "gradients within this (training/recompute_budget.h; 0: off)");
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
   flags.add_string("schedule", "1f1b",
                    "pipeline schedule: gpipe, 1f1b or interleaved; each with -dw (1f1b-dw): the weight gradients "
@@ -232,6 +238,30 @@ int main(int argc, char** argv) {
   for (LinkPtr& stage : my_stages) stage->to(device);
   auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule, my_stages);
 
+  // Activation checkpointing: a fixed choice for every block, or the fewest branches that fit a
+  // budget, measured on the first batch's step (before the optimizer exists: its data-parallel
+  // overlap would act on the measuring steps' gradients). Every rank takes the same decisions.
+  const std::string recompute = flags.get_string("recompute");
+  TANDEM_CHECK(recompute == "none" || recompute == "mlp" || recompute == "attention" || recompute == "block", kProgram,
+               ": --recompute must be none, mlp, attention or block, got '", recompute, "'");
+  std::vector<TransformerBlock*> blocks;
+  for (const LinkPtr& stage : my_stages)
+    for (TransformerBlock* block : std::static_pointer_cast<examples::CharLMStage>(stage)->transformer_blocks())
+      blocks.push_back(block);
+  for (TransformerBlock* block : blocks)
+    block->set_recompute(
+        {recompute == "attention" || recompute == "block", recompute == "mlp" || recompute == "block"});
+  std::string recompute_plan;
+  if (flags.get_double("recompute-budget") > 0) {
+    SerialIterator first(train, batchsize, false, false);
+    const Example batch = first.next();
+    const LossFunction measured = examples::replica_loss(pipe, layout, context_parallel);
+    const RecomputePlan plan = plan_recompute(
+        *pipe, blocks, static_cast<std::int64_t>(flags.get_double("recompute-budget") * 1e6), [&] { measured(batch); },
+        device, [&](bool fits) { return world->allreduce(full({}, fits ? 0.0 : 1.0, DType::f64)).item() == 0; });
+    recompute_plan = plan.describe() + " (rank 0; " + std::to_string(plan.measurements) + " measured steps)";
+  }
+
   std::shared_ptr<Optimizer> optimizer = std::make_shared<Adam>(flags.get_double("lr"));
   const int zero = static_cast<int>(flags.get_int("zero"));
   // The gradients average over the data group: the replicas and, inside each, its --cp ranks.
@@ -281,6 +311,7 @@ int main(int argc, char** argv) {
         static_cast<long long>(config.layers), static_cast<long long>(config.dim), static_cast<long long>(config.heads),
         static_cast<long long>(config.context), parameters, world->size(), tp, pp, cp, dp, schedule.describe().c_str(),
         batchsize, iterations, flags.get_double("lr"), precision.name.c_str());
+    if (!recompute_plan.empty()) std::printf("recompute: %s\n", recompute_plan.c_str());
     if (config.experts > 0) {
       char mode[64] = "dropless";
       if (config.capacity_factor > 0) std::snprintf(mode, sizeof mode, "capacity factor %g", config.capacity_factor);

@@ -1,5 +1,6 @@
 #include "layers/links/transformer.h"
 
+#include "autograd/checkpoint.h"
 #include "autograd/functions/activation.h"
 #include "autograd/functions/arithmetic.h"
 #include "layers/links/multi_head_attention.h"
@@ -42,8 +43,11 @@ void TransformerBlock::build(LinkPtr attention, LinkPtr mlp, double eps, DType d
 Variable TransformerBlock::forward(const Variable& x) {
   TANDEM_CHECK(x.defined() && x.dim() == 3 && x.shape()[2] == dim_, "TransformerBlock: input must be [B, T, ", dim_,
                "], got ", x.defined() ? x.description() : std::string("undefined"));
-  const Variable h = functions::add(x, attention_->forward((*ln1_)(x)));
-  return functions::add(h, mlp_->forward((*ln2_)(h)));
+  // Each branch as a function of its input, so that checkpoint() can run it again.
+  const auto attention = [this](const Variable& in) { return attention_->forward((*ln1_)(in)); };
+  const auto mlp = [this](const Variable& in) { return mlp_->forward((*ln2_)(in)); };
+  const Variable h = functions::add(x, recompute_.attention ? checkpoint(attention, x) : attention(x));
+  return functions::add(h, recompute_.mlp ? checkpoint(mlp, h) : mlp(h));
 }
 
 }  // namespace tandem
