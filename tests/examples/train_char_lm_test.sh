@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # train_char_lm end to end on the real fortunes text at a reduced size: the first 20 steps' losses
 # (and validation losses) at tp=2, pp=2 (1F1B and interleaved), dp=2, tp=2 x pp=2 and context
-# parallelism (cp=2 ring and all-to-all, cp=4 hybrid, cp=2 x tp=2) equal the 1-rank run's within f32
-# rounding; the loss falls below the unigram baseline's; a resumed run
+# parallelism (cp=2 ring and all-to-all, cp=4 hybrid, cp=2 x tp=2) and activation checkpointing
+# (every block, and by a memory budget) equal the 1-rank run's within f32 rounding; the loss falls below the unigram baseline's; a resumed run
 # continues as the uninterrupted one; rank 0 alone prints, a sample is printed; the mixture of
 # experts over 2 ranks against 1; misuse is a one-line error.
 set -uo pipefail
@@ -38,6 +38,12 @@ run cp_ring 2 --iterations $iters --cp 2
 run cp_a2a 2 --iterations $iters --cp 2 --cp-ulysses 2 --cp-layout contiguous
 run cp_hybrid 4 --iterations $iters --cp 4 --cp-ulysses 2
 run cp_tp 4 --iterations $iters --cp 2 --tp 2
+# Activation checkpointing: every block recomputed, and the fewest branches within 0.9 MB (of the
+# step's 1.3 MB), on the same losses.
+run recompute 2 --iterations $iters --tp 2 --recompute block
+run budget 1 --iterations $iters --recompute-budget 0.9
+grep -q "^recompute: [1-4] of 4 blocks recompute their MLP, [0-4] their attention: peak 0\.[0-9] MB within 0\.9 MB" \
+  "$t/budget.txt" || { cat "$t/budget.txt"; fail "the recompute plan"; }
 grep -q "ranks 4 = tp 2 x pp 1 x cp 2 x dp 1" "$t/cp_tp.txt" || { cat "$t/cp_tp.txt"; fail "cp header"; }
 grep -q "ranks 4 = tp 2 x pp 2 x cp 1 x dp 1; '1f1b' (2 ranks, 2 stages, 2 microbatches)" "$t/tppp.txt" \
   || { cat "$t/tppp.txt"; fail "tppp header"; }
@@ -58,7 +64,7 @@ unigram = float(re.search(r"unigram baseline ([0-9.]+) bits/char", text).group(1
 assert 4.0 < unigram < 5.0, unigram
 # Learning: the last steps' validation bits/char are well below the first's.
 assert short or one[-1]["validation/main/bpc"] < one[0]["validation/main/bpc"] - 1.0, (one[0], one[-1])
-for name in ("tp", "pp", "interleaved", "dp", "tppp", "cp_ring", "cp_a2a", "cp_hybrid", "cp_tp"):
+for name in ("tp", "pp", "interleaved", "dp", "tppp", "cp_ring", "cp_a2a", "cp_hybrid", "cp_tp", "recompute", "budget"):
     other = log(name)
     assert len(other) == len(one), (name, len(other))
     worst = 0
