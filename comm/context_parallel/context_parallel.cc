@@ -71,6 +71,19 @@ Variable ContextParallel::attention(const Variable& q, const Variable& k, const 
                  "], on every rank; got ",
                  mask.query_segments.defined() ? mask.query_segments.description() : std::string("none"), " and ",
                  mask.key_segments.defined() ? mask.key_segments.description() : std::string("none"));
+  if (mask.query_segments.defined())
+    for (const Tensor* ids : {&mask.query_segments, &mask.key_segments})
+      TANDEM_CHECK(ids->dtype() == DType::i32 || ids->dtype() == DType::i64, op,
+                   ": segment ids must be i32 or i64, got ", ids->description());
+  // What the fused calls would refuse, refused here, before anything is sent.
+  TANDEM_CHECK(is_floating(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype() && k.device() == q.device() &&
+                   v.device() == q.device(),
+               op, ": q, k and v must be floating, of one dtype, on one device; got q ", q.description(), ", k ",
+               k.description(), ", v ", v.description());
+  TANDEM_CHECK(k.shape()[3] == d && v.shape()[1] == Hkv && q.shape()[0] == k.shape()[0] && v.shape()[0] == B, op,
+               ": q [B, Hq, T_r, d], k [B, Hkv, T_r, d] and v [B, Hkv, T_r, dv] disagree: q ", q.description(), ", k ",
+               k.description(), ", v ", v.description());
+  TANDEM_CHECK(mask.window >= 0, op, ": the window must be >= 0 (0: none), got ", mask.window);
   TANDEM_CHECK(options.scale >= 0 && options.dropout >= 0 && options.dropout < 1, op,
                ": the scale must be >= 0 (0: 1 / sqrt(d)) and the dropout ratio in [0, 1)");
   const double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(d));

@@ -229,6 +229,8 @@ TEST_CASE("ContextParallel: errors name the problem") {
                         Contains("whole sequence") && Contains("[B, T] = [2, " + std::to_string(T) + "]"));
     options.mask.query_segments = options.mask.key_segments = zeros({kBatch, T, 1}, DType::i64);
     REQUIRE_THROWS_WITH(cp.attention(q, k, k, options), Contains("whole sequence"));
+    options.mask.query_segments = options.mask.key_segments = zeros({kBatch, T}, DType::f64);
+    REQUIRE_THROWS_WITH(cp.attention(q, k, k, options), Contains("i32 or i64"));
     options.mask.key_segments = Tensor();  // only the queries'
     options.mask.query_segments = zeros({kBatch, T}, DType::i64);
     REQUIRE_THROWS_WITH(cp.attention(q, k, k, options), Contains("whole sequence"));
@@ -243,6 +245,14 @@ TEST_CASE("ContextParallel: errors name the problem") {
     const Variable k3(zeros({kBatch, 3, rows, kDim}, DType::f64));
     REQUIRE_THROWS_WITH(cp.attention(q, k3, k3, {}), Contains("multiple"));
     REQUIRE_THROWS_WITH(cp.attention(Variable(zeros({kBatch, rows, kDim}, DType::f64)), k, k, {}), Contains("4 axes"));
+    // What a fused call would refuse after the first message: refused before any.
+    REQUIRE_THROWS_WITH(cp.attention(q, Variable(zeros({kBatch, 2, rows, kDim}, DType::f32)), k, {}),
+                        Contains("one dtype"));
+    REQUIRE_THROWS_WITH(cp.attention(q, Variable(zeros({kBatch, 2, rows, kDim + 1}, DType::f64)), k, {}),
+                        Contains("disagree"));
+    F::AttentionOptions bad_window;
+    bad_window.mask.window = -1;
+    REQUIRE_THROWS_WITH(cp.attention(q, k, k, bad_window), Contains("window"));
     F::AttentionOptions bad_dropout;
     bad_dropout.dropout = 1;
     REQUIRE_THROWS_WITH(cp.attention(q, k, k, bad_dropout), Contains("dropout"));
