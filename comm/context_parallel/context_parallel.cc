@@ -9,7 +9,9 @@
 #include "autograd/grad_mode.h"
 #include "comm/context_parallel/ring_attention.h"
 #include "comm/functions/collectives.h"
+#include "comm/tensor_parallel/parallel_transformer.h"
 #include "core/error.h"
+#include "layers/links/multi_head_attention.h"
 
 namespace tandem {
 
@@ -147,6 +149,26 @@ Variable ContextParallel::attention(const Variable& q, const Variable& k, const 
   for (int j = 0; j + 1 < U; ++j) cuts.push_back(at += layout_.local_length(first + j));
   const Variables pieces = U > 1 ? functions::split_axis(out, cuts, 2) : Variables{out};
   return functions::concat(functions::alltoall(*ulysses_comm_, pieces), 1);
+}
+
+void attend_through(std::shared_ptr<ContextParallel> cp, const std::vector<LinkPtr>& blocks) {
+  TANDEM_CHECK(cp != nullptr, "attend_through: needs a ContextParallel");
+  const functions::AttentionFunction attend = [cp](const Variable& q, const Variable& k, const Variable& v,
+                                                   const functions::AttentionOptions& options) {
+    return cp->attention(q, k, v, options);
+  };
+  for (const LinkPtr& block : blocks) {
+    const auto* chain = dynamic_cast<const Chain*>(block.get());
+    const LinkPtr attention = chain ? chain->child("attention") : nullptr;
+    if (auto single = std::dynamic_pointer_cast<MultiHeadSelfAttention>(attention)) single->set_attention(attend);
+    else if (auto parallel = std::dynamic_pointer_cast<ParallelSelfAttention>(attention))
+      parallel->set_attention(attend);
+    else
+      TANDEM_FAIL(
+          "attend_through: context parallelism needs a block whose child \"attention\" is a "
+          "MultiHeadSelfAttention or ParallelSelfAttention; got a ",
+          attention ? attention->type_name() : block->type_name());
+  }
 }
 
 }  // namespace tandem

@@ -17,10 +17,12 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "autograd/functions/attention.h"
 #include "comm/context_parallel/sequence_layout.h"
 #include "comm/transport/communicator.h"
+#include "layers/link.h"
 
 namespace tandem {
 
@@ -53,5 +55,10 @@ class ContextParallel {
   SequenceLayout layout_, ring_layout_;
   int ulysses_ranks_;
 };
+
+// Makes the self-attention of every block (a TransformerBlock's child "attention":
+// MultiHeadSelfAttention or ParallelSelfAttention) attend through cp. Errors naming the link
+// otherwise.
+void attend_through(std::shared_ptr<ContextParallel> cp, const std::vector<LinkPtr>& blocks);
 
 }  // namespace tandem

@@ -120,16 +120,7 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, int stage, int stages, Communicat
     TANDEM_CHECK(!config.sequence_parallel,
                  "GPT2Stage: context parallelism and sequence parallelism both split the "
                  "sequence: use one");
-    const std::shared_ptr<ContextParallel> cp = config.context_parallel;
-    const F::AttentionFunction attend = [cp](const Variable& q, const Variable& k, const Variable& v,
-                                             const F::AttentionOptions& options) {
-      return cp->attention(q, k, v, options);
-    };
-    for (const LinkPtr& block : blocks_) {
-      const LinkPtr attention = static_cast<Chain&>(*block).child("attention");
-      if (auto single = std::dynamic_pointer_cast<MultiHeadSelfAttention>(attention)) single->set_attention(attend);
-      else std::static_pointer_cast<ParallelSelfAttention>(attention)->set_attention(attend);
-    }
+    attend_through(config.context_parallel, blocks_);
   }
   if (last()) {
     ln_f_ = std::make_shared<LayerNormalization>(config.dim, 1e-5);

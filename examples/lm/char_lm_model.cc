@@ -70,23 +70,8 @@ CharLMStage::CharLMStage(const CharLMConfig& config, int stage, int stages, Comm
     add_child("block" + std::to_string(b), block);
     blocks_.push_back(block);
   }
-  if (config.context_parallel) {
-    // Every block attends through the context-parallel group.
-    const std::shared_ptr<ContextParallel> cp = config.context_parallel;
-    const F::AttentionFunction attend = [cp](const Variable& q, const Variable& k, const Variable& v,
-                                             const F::AttentionOptions& options) {
-      return cp->attention(q, k, v, options);
-    };
-    for (const LinkPtr& block : blocks_) {
-      const LinkPtr attention = static_cast<Chain&>(*block).child("attention");
-      if (auto single = std::dynamic_pointer_cast<MultiHeadSelfAttention>(attention)) single->set_attention(attend);
-      else if (auto parallel = std::dynamic_pointer_cast<ParallelSelfAttention>(attention))
-        parallel->set_attention(attend);
-      else
-        TANDEM_FAIL("CharLMStage: context parallelism needs self-attention links, block ", first_block_, " has a ",
-                    attention->type_name());
-    }
-  }
+  // Every block attends through the context-parallel group.
+  if (config.context_parallel) attend_through(config.context_parallel, blocks_);
   if (last()) {
     final_norm_ = std::make_shared<LayerNormalization>(config.dim, 1e-5);
     add_child("norm", final_norm_);
