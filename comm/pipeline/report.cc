@@ -32,14 +32,11 @@ TimeUnit time_unit(double seconds) {
   return {"us", 1e6};
 }
 
-std::string mebibytes(std::int64_t bytes) {
-  return format("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-}
+std::string mebibytes(std::int64_t bytes) { return format("%.1f MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 }  // namespace
 
-std::string format_timeline(const Schedule& schedule, const SimulationResult& result,
-                            int max_width) {
+std::string format_timeline(const Schedule& schedule, const SimulationResult& result, int max_width) {
   TANDEM_CHECK(max_width >= 10, "format_timeline: max_width must be at least 10, got ", max_width);
   const bool with_stage = schedule.stages > schedule.ranks;
   double shortest = 0;
@@ -61,12 +58,10 @@ std::string format_timeline(const Schedule& schedule, const SimulationResult& re
   const TimeUnit unit = time_unit(result.step_s);
 
   std::ostringstream out;
-  out << "timeline: 0 .. " << format("%.3f", result.step_s * unit.per_second) << " " << unit.name
-      << ", one column = "
-      << format("%.4g", (width > 0 && result.step_s > 0 ? result.step_s / width : 0) *
-                            unit.per_second)
-      << " " << unit.name << "; F<m>/B<m>: forward/backward of microbatch m"
-      << (with_stage ? " (/s<stage>)" : "") << ", '.': idle\n";
+  out << "timeline: 0 .. " << format("%.3f", result.step_s * unit.per_second) << " " << unit.name << ", one column = "
+      << format("%.4g", (width > 0 && result.step_s > 0 ? result.step_s / width : 0) * unit.per_second) << " "
+      << unit.name << "; F<m>/B<m>: forward/backward of microbatch m" << (with_stage ? " (/s<stage>)" : "")
+      << ", '.': idle\n";
   const std::string rank_width = std::to_string(schedule.ranks - 1);
   for (int r = 0; r < schedule.ranks; ++r) {
     std::string row(width, '.');
@@ -94,16 +89,16 @@ std::string format_summary(const Schedule& schedule, const SimulationResult& res
   const TimeUnit unit = time_unit(result.step_s);
   std::ostringstream out;
   out << "schedule " << schedule.describe() << ": deadlock-free (every receive matched in order)\n"
-      << "step time " << format("%.3f", result.step_s * unit.per_second) << " " << unit.name
-      << ", bubble " << format("%.2f", 100 * result.bubble_fraction) << "% ("
-      << result.messages.size() << " messages between ranks)\n";
+      << "step time " << format("%.3f", result.step_s * unit.per_second) << " " << unit.name << ", bubble "
+      << format("%.2f", 100 * result.bubble_fraction) << "% (" << result.messages.size() << " messages between ranks)\n"
+      << "bubble rate (idle over compute) " << format("%.2f", 100 * result.bubble_rate) << "%, within each rank's span "
+      << format("%.2f", 100 * result.span_bubble_rate) << "%\n";
   out << "rank     busy       idle        peak stored activations (microbatch-stages)\n";
   for (int r = 0; r < schedule.ranks; ++r) {
     const RankResult& rank = result.ranks[r];
     char line[160];
-    std::snprintf(line, sizeof line, "%-6d %8.3f %-2s %8.3f %-2s  %14s (%d)\n", r,
-                  rank.busy_s * unit.per_second, unit.name,
-                  (result.step_s - rank.busy_s) * unit.per_second, unit.name,
+    std::snprintf(line, sizeof line, "%-6d %8.3f %-2s %8.3f %-2s  %14s (%d)\n", r, rank.busy_s * unit.per_second,
+                  unit.name, (result.step_s - rank.busy_s) * unit.per_second, unit.name,
                   mebibytes(rank.peak_stored_bytes).c_str(), rank.peak_in_flight);
     out << line;
   }
@@ -116,10 +111,8 @@ std::string chrome_trace_json(const Schedule& schedule, const SimulationResult& 
   json events = json::array();
   for (int r = 0; r < schedule.ranks; ++r) {
     const std::string name = "rank " + std::to_string(r);
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"tid", r},
-                      {"args", {{"name", name}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", r},
-                      {"args", {{"name", name}}}});
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"tid", r}, {"args", {{"name", name}}}});
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", r}, {"args", {{"name", name}}}});
     const std::vector<TimedAction>& actions = result.ranks[r].actions;
     for (std::size_t i = 0; i < actions.size(); ++i) {
       const TimedAction& t = actions[i];
@@ -133,10 +126,7 @@ std::string chrome_trace_json(const Schedule& schedule, const SimulationResult& 
                         {"dur", (t.end_s - t.start_s) * 1e6},
                         {"pid", r},
                         {"tid", r},
-                        {"args",
-                         {{"stage", t.action.stage},
-                          {"microbatch", t.action.microbatch},
-                          {"action", i}}}});
+                        {"args", {{"stage", t.action.stage}, {"microbatch", t.action.microbatch}, {"action", i}}}});
     }
   }
   json trace = {{"traceEvents", events},
@@ -147,12 +137,13 @@ std::string chrome_trace_json(const Schedule& schedule, const SimulationResult& 
                   {"stages", schedule.stages},
                   {"microbatches", schedule.microbatches},
                   {"step_us", result.step_s * 1e6},
-                  {"bubble_fraction", result.bubble_fraction}}}};
+                  {"bubble_fraction", result.bubble_fraction},
+                  {"bubble_rate", result.bubble_rate},
+                  {"span_bubble_rate", result.span_bubble_rate}}}};
   return trace.dump(1);
 }
 
-void write_chrome_trace(const std::string& path, const Schedule& schedule,
-                        const SimulationResult& result) {
+void write_chrome_trace(const std::string& path, const Schedule& schedule, const SimulationResult& result) {
   std::ofstream file(path);
   TANDEM_CHECK(file, "write_chrome_trace: cannot open '", path, "' for writing");
   file << chrome_trace_json(schedule, result) << "\n";

@@ -4,9 +4,11 @@
 // the communication described below, so what the simulator proves holds for the runtime.
 //
 // Stages and ranks. A model is cut into `stages` consecutive stages; stage s runs on rank
-// s % ranks (rank_of_stage). With stages == ranks that is one stage per rank; with
-// stages == v * ranks each rank holds v stages ("model chunks"), round-robin: on 4 ranks with
-// 8 stages, rank 1 holds stages 1 and 5 (Megatron's interleaved layout).
+// rank_of_stage(s): s % ranks unless the schedule places its stages itself (stage_ranks). With
+// stages == ranks that is one stage per rank; with stages == v * ranks each rank holds v stages
+// ("model chunks"), round-robin: on 4 ranks with 8 stages, rank 1 holds stages 1 and 5
+// (Megatron's interleaved layout). The V-shaped schedules (zbv) place stage s on rank s for the
+// first half and on rank 2P - 1 - s for the second: rank 0 holds the first and the last stage.
 //
 // The communication a schedule implies (the runtime does exactly this):
 //   forward(s, m),  s > 0:          receives stage s-1's output for m from rank_of_stage(s-1)
@@ -35,9 +37,10 @@
 namespace tandem {
 namespace pipeline {
 
-// backward = the stage's whole backward for m, or only its input gradient where the schedule
-// has weight actions for the stage; weight = the weight gradients of the stage's backwards since
-// its previous weight action, computed together (see defer_weight_gradients).
+// backward = the stage's whole backward for m, or only its input gradients (B) where the schedule
+// has weight actions for the stage; weight = the weight gradients of m's backward on the stage
+// (W), which nobody waits for: zero-bubble schedules run them where a rank would otherwise wait.
+// What B keeps for its W (the linear layers' inputs and output gradients) is freed by the W.
 enum class ActionKind { forward, backward, weight };
 
 struct Action {
@@ -45,7 +48,7 @@ struct Action {
   int stage;
   int microbatch;
 
-  // "forward of microbatch 3 on stage 1"; "weight gradients up to microbatch 7 on stage 1"
+  // "forward of microbatch 3 on stage 1"; "weight gradients of microbatch 7 on stage 1"
   std::string describe() const;
   // "F3" / "B3" / "W7", with the stage when a rank holds several: "F3/s5".
   std::string label(bool with_stage = false) const;
@@ -57,8 +60,7 @@ struct Action {
 
 Action forward(int stage, int microbatch);
 Action backward(int stage, int microbatch);
-// The weight gradients of every backward of `stage` since its previous weight action (or the
-// step's start), the last of which is microbatch's.
+// The weight gradients of microbatch's backward on `stage`.
 Action weight(int stage, int microbatch);
 
 struct Schedule {
@@ -67,8 +69,14 @@ struct Schedule {
   int stages = 0;
   int microbatches = 0;
   std::vector<std::vector<Action>> actions;  // per rank, in the order it runs them
+  // The rank of each stage; empty: stage s on rank s % ranks.
+  std::vector<int> stage_ranks;
 
-  int rank_of_stage(int stage) const { return stage % ranks; }
+  int rank_of_stage(int stage) const {
+    return stage_ranks.empty() ? stage % ranks : stage_ranks[static_cast<std::size_t>(stage)];
+  }
+  // The stages rank r holds, in increasing order (what it passes to Pipeline).
+  std::vector<int> stages_of_rank(int rank) const;
   // "1f1b (4 ranks, 4 stages, 8 microbatches)"
   std::string describe() const;
 };
@@ -104,13 +112,13 @@ int message_tag(const Message& message);
 // --- Checks --------------------------------------------------------------------------------
 
 // Structural checks, each failure a tandem::Error naming the schedule, the rank and the action:
-// sizes (ranks, stages, microbatches >= 1; one action list per rank), stage and microbatch in
-// range, every action on rank_of_stage of its stage, every forward and every backward exactly
-// once, each backward after its forward, and the ordering rule above. Weight actions: a stage
-// has none (its backwards compute its weight gradients) or its every backward is followed by
-// one (on the same rank: the first weight action after it covers it); each weight action
-// covers at least one backward and names the microbatch of the last one it covers. Deadlocks
-// are found by the simulator (check_deadlock_free).
+// sizes (ranks, stages, microbatches >= 1; one action list per rank), the placement (stage_ranks:
+// empty or one rank in range per stage), stage and microbatch in range, every action on
+// rank_of_stage of its stage, every forward and every backward exactly once, each backward after
+// its forward, and the ordering rule above. Weight actions: a stage has none (its backwards
+// compute its weight gradients) or one per microbatch, each after that microbatch's backward,
+// in the order of the stage's backwards (so weight gradients are summed in the same order as
+// without weight actions). Deadlocks are found by the simulator (check_deadlock_free).
 void validate(const Schedule& schedule);
 
 // --- Built-in schedules (each validated and deadlock-free; tests/comm/pipeline) ---------------
@@ -133,9 +141,10 @@ Schedule one_f_one_b(int ranks, int microbatches);
 Schedule interleaved_1f1b(int ranks, int stages_per_rank, int microbatches);
 
 // The schedule with its stages' weight gradients taken out of the backwards and computed at the
-// end of each rank's list, one weight action per stage (in stage order), each over every
-// microbatch: named "<name>-dw". The backwards that the next stage waits for get shorter (the
-// bubble shrinks, as in zero-bubble schedules), and each weight's gradient becomes one product
+// end of each rank's list, stage by stage in stage order, each stage's weight actions in the
+// order of its backwards: named "<name>-dw". The runtime computes a run of consecutive weight
+// actions of one stage as one product per weight (outside deterministic mode). The backwards that the next stage waits
+// for get shorter (the bubble shrinks, as in zero-bubble schedules), and each weight's gradient becomes one product
 // over the whole batch instead of one per microbatch (autograd/weight_gradient_queue.h): for
 // small microbatches the larger saving. The price is memory: every microbatch's layer inputs
 // and output gradients are kept until the end of the step (1F1B's saving is lost).
@@ -143,7 +152,8 @@ Schedule interleaved_1f1b(int ranks, int stages_per_rank, int microbatches);
 Schedule defer_weight_gradients(const Schedule& schedule);
 
 // "gpipe", "1f1b" (stages_per_rank must be 1) or "interleaved", each also with "-dw"
-// (defer_weight_gradients); any other name is an error listing these.
+// (defer_weight_gradients), or a zero-bubble schedule (zero_bubble.h): "zb-h1", "zb-h2"
+// (stages_per_rank 1) or "zbv" (stages_per_rank 2); any other name is an error listing these.
 Schedule schedule_by_name(const std::string& name, int ranks, int stages_per_rank, int microbatches);
 std::vector<std::string> schedule_names();
 

@@ -36,24 +36,17 @@ struct Flags {
 };
 
 // One value per stage, or one for all.
-double pick(const std::vector<double>& values, int stage) {
-  return values.size() == 1 ? values[0] : values[stage];
-}
+double pick(const std::vector<double>& values, int stage) { return values.size() == 1 ? values[0] : values[stage]; }
 
 std::vector<StageCost> stage_costs(const Flags& f, int stages) {
   const std::vector<double>& stored = f.stored_mb.empty() ? f.activation_mb : f.stored_mb;
   const std::vector<double>& queued = f.queued_mb.empty() ? stored : f.queued_mb;
   const std::pair<const char*, const std::vector<double>*> lists[] = {
-      {"--forward-ms", &f.forward_ms},
-      {"--backward-ms", &f.backward_ms},
-      {"--weight-ms", &f.weight_ms},
-      {"--activation-mb", &f.activation_mb},
-      {"--stored-mb", &stored},
-      {"--queued-mb", &queued}};
+      {"--forward-ms", &f.forward_ms},       {"--backward-ms", &f.backward_ms}, {"--weight-ms", &f.weight_ms},
+      {"--activation-mb", &f.activation_mb}, {"--stored-mb", &stored},          {"--queued-mb", &queued}};
   for (const auto& [flag, values] : lists) {
-    TANDEM_CHECK(values->size() == 1 || static_cast<int>(values->size()) == stages, flag,
-                 " has ", values->size(), " values for ", stages,
-                 " stages (give one per stage, or one for all)");
+    TANDEM_CHECK(values->size() == 1 || static_cast<int>(values->size()) == stages, flag, " has ", values->size(),
+                 " values for ", stages, " stages (give one per stage, or one for all)");
   }
   const int n = f.forward_ms.size() == 1 && f.backward_ms.size() == 1 && f.weight_ms.size() == 1 &&
                         f.activation_mb.size() == 1 && stored.size() == 1 && queued.size() == 1
@@ -62,9 +55,8 @@ std::vector<StageCost> stage_costs(const Flags& f, int stages) {
   std::vector<StageCost> costs;
   for (int s = 0; s < n; ++s) {
     costs.push_back({pick(f.forward_ms, s) * 1e-3, pick(f.backward_ms, s) * 1e-3,
-                     std::llround(pick(f.activation_mb, s) * kMiB),
-                     std::llround(pick(stored, s) * kMiB), pick(f.weight_ms, s) * 1e-3,
-                     std::llround(pick(queued, s) * kMiB)});
+                     std::llround(pick(f.activation_mb, s) * kMiB), std::llround(pick(stored, s) * kMiB),
+                     pick(f.weight_ms, s) * 1e-3, std::llround(pick(queued, s) * kMiB)});
   }
   return costs;
 }
@@ -87,7 +79,8 @@ int run(const Flags& f, std::ostream& out) {
     out << format_planning_table(plan, planning_table(plan));
     return 0;
   }
-  const int v = f.stages_per_rank > 0 ? f.stages_per_rank : (f.schedule.rfind("interleaved", 0) == 0 ? 2 : 1);
+  const int v = f.stages_per_rank > 0 ? f.stages_per_rank
+                                      : (f.schedule.rfind("interleaved", 0) == 0 || f.schedule == "zbv" ? 2 : 1);
   const Schedule schedule = schedule_by_name(f.schedule, f.ranks, v, f.microbatches);
   SimulationOptions options;
   options.stage_costs = stage_costs(f, schedule.stages);
@@ -98,8 +91,7 @@ int run(const Flags& f, std::ostream& out) {
   if (!f.trace.empty()) {
     const std::string path = user_path(f.trace);
     write_chrome_trace(path, schedule, result);
-    out << "wrote the Chrome trace to " << path
-        << " (open it in chrome://tracing or https://ui.perfetto.dev)\n";
+    out << "wrote the Chrome trace to " << path << " (open it in chrome://tracing or https://ui.perfetto.dev)\n";
   }
   return 0;
 }
@@ -114,13 +106,15 @@ int simulate_main(const std::vector<std::string>& args, std::ostream& out, std::
       "Chrome trace.",
       "simulate");
   app.add_option("--schedule", f.schedule,
-                 "gpipe, 1f1b or interleaved; with -dw (1f1b-dw): weight gradients deferred to the step's end")
+                 "gpipe, 1f1b or interleaved; with -dw (1f1b-dw): weight gradients deferred to the step's end; "
+                 "zero bubble: zb-h1, zb-h2, zbv")
       ->capture_default_str();
   app.add_option("--ranks", f.ranks, "pipeline ranks")->capture_default_str();
   app.add_option("--microbatches", f.microbatches, "microbatches per step")->capture_default_str();
   app.add_option("--stages-per-rank", f.stages_per_rank,
-                 "stages per rank (interleaved; default 2 there, 1 otherwise)");
-  app.add_option("--forward-ms", f.forward_ms, "forward time per stage and microbatch, ms "
+                 "stages per rank (interleaved; default 2 there and for zbv, 1 otherwise)");
+  app.add_option("--forward-ms", f.forward_ms,
+                 "forward time per stage and microbatch, ms "
                  "(one value, or one per stage: 1,1,2,1)")
       ->delimiter(',')
       ->capture_default_str();
@@ -128,8 +122,8 @@ int simulate_main(const std::vector<std::string>& args, std::ostream& out, std::
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--weight-ms", f.weight_ms,
-                 "the weight gradients' part of --backward-ms, ms (one, or one per stage): what a -dw "
-                 "schedule moves to the step's end")
+                 "the weight gradients' part of --backward-ms, ms (one, or one per stage): what the weight "
+                 "actions of a -dw or zero-bubble schedule take")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--activation-mb", f.activation_mb,
@@ -145,8 +139,7 @@ int simulate_main(const std::vector<std::string>& args, std::ostream& out, std::
                  "(default: --stored-mb)")
       ->delimiter(',');
   app.add_option("--latency-us", f.latency_us, "link latency, microseconds")->capture_default_str();
-  app.add_option("--bandwidth-gbps", f.bandwidth_gbps,
-                 "link bandwidth, GB/s (10^9 bytes per second; 0: unlimited)")
+  app.add_option("--bandwidth-gbps", f.bandwidth_gbps, "link bandwidth, GB/s (10^9 bytes per second; 0: unlimited)")
       ->capture_default_str();
   app.add_flag("--recompute", f.recompute,
                "activation recomputation: keep only stage inputs, backward reruns the forward");
@@ -160,9 +153,7 @@ int simulate_main(const std::vector<std::string>& args, std::ostream& out, std::
   for (const std::string& a : args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e, out, err);
-  }
+  } catch (const CLI::ParseError& e) { return app.exit(e, out, err); }
   try {
     return run(f, out);
   } catch (const Error& e) {

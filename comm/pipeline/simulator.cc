@@ -25,25 +25,24 @@ namespace {
 
 std::vector<StageCost> costs_per_stage(const Schedule& s, const SimulationOptions& options) {
   const std::vector<StageCost>& given = options.stage_costs;
-  TANDEM_CHECK(given.size() == 1 || static_cast<int>(given.size()) == s.stages,
-               "simulate: ", given.size(), " stage costs for ", s.stages,
-               " stages (give one per stage, or one for all)");
+  TANDEM_CHECK(given.size() == 1 || static_cast<int>(given.size()) == s.stages, "simulate: ", given.size(),
+               " stage costs for ", s.stages, " stages (give one per stage, or one for all)");
   for (std::size_t i = 0; i < given.size(); ++i) {
     const StageCost& c = given[i];
-    TANDEM_CHECK(std::isfinite(c.forward_s) && std::isfinite(c.backward_s) && c.forward_s >= 0 &&
-                     c.backward_s >= 0 && std::isfinite(c.weight_s) && c.weight_s >= 0 &&
-                     c.weight_s <= c.backward_s && c.activation_bytes >= 0 && c.stored_bytes >= 0 && c.queued_bytes >= -1,
-                 "simulate: stage cost ", i, " has forward ", c.forward_s, " s, backward ",
-                 c.backward_s, " s (weight gradients ", c.weight_s, " s of it), activation ",
-                 c.activation_bytes, " bytes, stored ", c.stored_bytes,
+    TANDEM_CHECK(std::isfinite(c.forward_s) && std::isfinite(c.backward_s) && c.forward_s >= 0 && c.backward_s >= 0 &&
+                     std::isfinite(c.weight_s) && c.weight_s >= 0 && c.weight_s <= c.backward_s &&
+                     c.activation_bytes >= 0 && c.stored_bytes >= 0 && c.queued_bytes >= -1,
+                 "simulate: stage cost ", i, " has forward ", c.forward_s, " s, backward ", c.backward_s,
+                 " s (weight gradients ", c.weight_s, " s of it), activation ", c.activation_bytes, " bytes, stored ",
+                 c.stored_bytes,
                  " bytes: times must be finite and >= 0, the weight gradients' at most the backward's, "
                  "sizes >= 0");
   }
   const LinkModel& link = options.link;
-  TANDEM_CHECK(std::isfinite(link.latency_s) && link.latency_s >= 0 &&
-                   std::isfinite(link.bandwidth_bytes_per_s) && link.bandwidth_bytes_per_s >= 0,
-               "simulate: the link's latency (", link.latency_s, " s) and bandwidth (",
-               link.bandwidth_bytes_per_s, " bytes/s) must be finite and >= 0 (bandwidth 0: "
+  TANDEM_CHECK(std::isfinite(link.latency_s) && link.latency_s >= 0 && std::isfinite(link.bandwidth_bytes_per_s) &&
+                   link.bandwidth_bytes_per_s >= 0,
+               "simulate: the link's latency (", link.latency_s, " s) and bandwidth (", link.bandwidth_bytes_per_s,
+               " bytes/s) must be finite and >= 0 (bandwidth 0: "
                "unlimited)");
   if (given.size() == 1) return std::vector<StageCost>(s.stages, given[0]);
   return given;
@@ -62,11 +61,17 @@ struct Channel {
 class Simulation {
  public:
   Simulation(const Schedule& s, const SimulationOptions& options)
-      : s_(s), costs_(costs_per_stage(s, options)), link_(options.link),
-        recompute_(options.recompute), channels_(2 * s.stages),
+      : s_(s),
+        costs_(costs_per_stage(s, options)),
+        link_(options.link),
+        recompute_(options.recompute),
+        channels_(2 * s.stages),
         end_(2, std::vector<double>(static_cast<std::size_t>(s.stages) * s.microbatches, -1)),
-        link_free_(static_cast<std::size_t>(s.ranks) * s.ranks, 0), position_(s.ranks, 0),
-        live_(s.ranks, 0), in_flight_(s.ranks, 0), deferred_(s.stages, false), uncovered_(s.stages, 0) {
+        link_free_(static_cast<std::size_t>(s.ranks) * s.ranks, 0),
+        position_(s.ranks, 0),
+        live_(s.ranks, 0),
+        in_flight_(s.ranks, 0),
+        deferred_(s.stages, false) {
     result_.ranks.resize(s.ranks);
     for (const std::vector<Action>& list : s.actions)
       for (const Action& a : list)
@@ -88,13 +93,15 @@ class Simulation {
       }
     }
     if (remaining > 0) fail_deadlock();
-    double busy = 0;
+    double busy = 0, span_idle = 0;
     for (const RankResult& r : result_.ranks) {
       result_.step_s = std::max(result_.step_s, r.end_s);
       busy += r.busy_s;
+      if (!r.actions.empty()) span_idle += r.end_s - r.actions.front().start_s - r.busy_s;
     }
-    result_.bubble_fraction =
-        result_.step_s > 0 ? 1 - busy / (s_.ranks * result_.step_s) : 0;
+    result_.bubble_fraction = result_.step_s > 0 ? 1 - busy / (s_.ranks * result_.step_s) : 0;
+    result_.bubble_rate = busy > 0 ? (s_.ranks * result_.step_s - busy) / busy : 0;
+    result_.span_bubble_rate = busy > 0 ? span_idle / busy : 0;
     return std::move(result_);
   }
 
@@ -119,9 +126,9 @@ class Simulation {
       if (channel.received == channel.sent.size()) return false;
       const Channel::Entry& got = channel.sent[channel.received];
       // validate()'s ordering rule makes this hold; checked here as the runtime would see it.
-      TANDEM_CHECK(got.microbatch == a.microbatch, "simulate: pipeline schedule ", s_.describe(),
-                   ": rank ", r, ", action ", position_[r], " (", a.describe(),
-                   ") receives microbatch ", got.microbatch, " instead of ", a.microbatch);
+      TANDEM_CHECK(got.microbatch == a.microbatch, "simulate: pipeline schedule ", s_.describe(), ": rank ", r,
+                   ", action ", position_[r], " (", a.describe(), ") receives microbatch ", got.microbatch,
+                   " instead of ", a.microbatch);
       ++channel.received;
       ready = got.arrival_s;
     } else if (std::optional<Action> producer = producer_of(s_, a)) {
@@ -132,9 +139,9 @@ class Simulation {
     const StageCost& cost = costs_[a.stage];
     const bool fwd = a.kind == ActionKind::forward, weights = a.kind == ActionKind::weight;
     const bool split = deferred_[a.stage];
-    double duration = fwd ? cost.forward_s
-                          : cost.backward_s - (split ? cost.weight_s : 0) + (recompute_ ? cost.forward_s : 0);
-    if (weights) duration = cost.weight_s * uncovered_[a.stage];
+    double duration =
+        fwd ? cost.forward_s : cost.backward_s - (split ? cost.weight_s : 0) + (recompute_ ? cost.forward_s : 0);
+    if (weights) duration = cost.weight_s;
     RankResult& rank = result_.ranks[r];
     const double start = std::max(rank.end_s, ready);
     const double end = start + duration;
@@ -146,30 +153,23 @@ class Simulation {
     // Memory: the microbatch's whole stored_bytes are live while the action runs.
     const std::int64_t kept = kept_bytes(a.stage);
     const std::int64_t queued = cost.queued_bytes >= 0 ? cost.queued_bytes : cost.stored_bytes;
-    if (weights) {  // the microbatches it covers give back what they kept
-      live_[r] -= queued * uncovered_[a.stage];
-      uncovered_[a.stage] = 0;
+    if (weights) {  // its microbatch gives back what its backward kept for it
+      live_[r] -= queued;
     } else if (fwd) {
       rank.peak_stored_bytes = std::max(rank.peak_stored_bytes, live_[r] + cost.stored_bytes);
       live_[r] += kept;
       rank.peak_in_flight = std::max(rank.peak_in_flight, ++in_flight_[r]);
     } else {
-      rank.peak_stored_bytes =
-          std::max(rank.peak_stored_bytes, live_[r] - kept + cost.stored_bytes);
+      rank.peak_stored_bytes = std::max(rank.peak_stored_bytes, live_[r] - kept + cost.stored_bytes);
       live_[r] -= kept;
       --in_flight_[r];
-      if (split) {  // kept until its weight action
-        live_[r] += queued;
-        ++uncovered_[a.stage];
-      }
+      if (split) live_[r] += queued;  // kept until its weight action
     }
 
     if (std::optional<Message> out = sent_by(s_, a)) {
       const std::int64_t bytes = costs_[fwd ? a.stage : a.stage - 1].activation_bytes;
-      const double transmit =
-          link_.bandwidth_bytes_per_s > 0 ? bytes / link_.bandwidth_bytes_per_s : 0;
-      double& link_free = link_free_[static_cast<std::size_t>(out->from_rank) * s_.ranks +
-                                     out->to_rank];
+      const double transmit = link_.bandwidth_bytes_per_s > 0 ? bytes / link_.bandwidth_bytes_per_s : 0;
+      double& link_free = link_free_[static_cast<std::size_t>(out->from_rank) * s_.ranks + out->to_rank];
       const double leaves = std::max(end, link_free);
       link_free = leaves + transmit;
       const double arrival = leaves + transmit + link_.latency_s;
@@ -181,8 +181,8 @@ class Simulation {
 
   // What rank r's next action waits for, and where that comes from.
   struct Wait {
-    Action action;       // the blocked action
-    Action producer;     // the action whose result it needs
+    Action action;    // the blocked action
+    Action producer;  // the action whose result it needs
     int producer_rank;
     int producer_index;  // in the producer rank's list
     std::optional<Message> message;
@@ -217,23 +217,21 @@ class Simulation {
       r = wait_of(r).producer_rank;
     }
     std::vector<int> cycle(std::find(path.begin(), path.end(), r), path.end());
-    std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end(), waited_longer),
-                cycle.end());
+    std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end(), waited_longer), cycle.end());
 
     std::ostringstream out;
     out << "pipeline schedule " << s_.describe() << " deadlocks: ";
     for (std::size_t i = 0; i < cycle.size(); ++i) {
       const int q = cycle[i];
       const Wait w = wait_of(q);
-      out << (i ? "; rank " : "rank ") << q << " is blocked at action " << position_[q] << " ("
-          << w.action.describe() << "), waiting for ";
+      out << (i ? "; rank " : "rank ") << q << " is blocked at action " << position_[q] << " (" << w.action.describe()
+          << "), waiting for ";
       if (w.message) {
-        out << w.message->describe() << ", which rank " << w.producer_rank
-            << " sends only after its action " << w.producer_index << " ("
-            << w.producer.describe() << ")";
+        out << w.message->describe() << ", which rank " << w.producer_rank << " sends only after its action "
+            << w.producer_index << " (" << w.producer.describe() << ")";
       } else {
-        out << "the result of its own action " << w.producer_index << " ("
-            << w.producer.describe() << "), which comes later in its order";
+        out << "the result of its own action " << w.producer_index << " (" << w.producer.describe()
+            << "), which comes later in its order";
       }
     }
     out << ". Cycle: ";
@@ -267,8 +265,7 @@ class Simulation {
   std::vector<std::size_t> position_;     // next action per rank
   std::vector<std::int64_t> live_;        // kept bytes per rank now
   std::vector<int> in_flight_;
-  std::vector<bool> deferred_;     // per stage: the schedule has weight actions for it
-  std::vector<int> uncovered_;     // per stage: backwards run since its last weight action
+  std::vector<bool> deferred_;  // per stage: the schedule has weight actions for it
   SimulationResult result_;
 };
 

@@ -12,8 +12,8 @@
 // - An action starts when its rank has finished its previous action and its input is there:
 //   the message's arrival, or (stages on the same rank) the end of the producing action. It
 //   lasts forward_s, or backward_s (forward_s + backward_s with recompute). Where the schedule
-//   has weight actions for the stage (defer_weight_gradients), its backward lasts
-//   backward_s - weight_s and a weight action weight_s per microbatch it covers.
+//   has weight actions for the stage (zero-bubble schedules, defer_weight_gradients), its
+//   backward (B) lasts backward_s - weight_s and each weight action (W) weight_s.
 // - Sends cost the sender nothing (non-blocking). A message leaves at the end of the action
 //   that sends it and arrives after latency_s + bytes / bandwidth_bytes_per_s. Each ordered
 //   pair of ranks has one link carrying one message at a time, in the order they are sent: a
@@ -24,7 +24,7 @@
 //   activation_bytes, as for a transformer's hidden states). While a stage's forward or backward
 //   runs, the whole stored_bytes of that microbatch are live (being made, recomputed or used),
 //   so the peak counts them on top of what is kept. A stage with weight actions keeps a
-//   microbatch's queued_bytes after its backward, until the weight action that covers it (its
+//   microbatch's queued_bytes after its backward, until that microbatch's weight action (its
 //   linear layers' inputs and output gradients). Weights, gradients of weights and message
 //   buffers are not counted.
 #pragma once
@@ -40,11 +40,11 @@ namespace pipeline {
 
 struct StageCost {
   double forward_s = 1;
-  double backward_s = 2;  // the whole backward: input and weight gradients
+  double backward_s = 2;              // the whole backward: input and weight gradients
   std::int64_t activation_bytes = 0;  // of the stage's output per microbatch (its gradient too)
   std::int64_t stored_bytes = 0;      // kept from forward to backward per microbatch
-  double weight_s = 0;                 // the weight gradients' share of backward_s (weight actions)
-  std::int64_t queued_bytes = -1;      // kept from backward to weight action; -1: stored_bytes
+  double weight_s = 0;                // the weight gradients' share of backward_s (weight actions)
+  std::int64_t queued_bytes = -1;     // kept from backward to weight action; -1: stored_bytes
 };
 
 struct LinkModel {
@@ -83,6 +83,12 @@ struct SimulationResult {
   std::vector<TimedMessage> messages;  // in the order they are sent, per sending rank
   double step_s = 0;                   // when the last action ends (everything starts at 0)
   double bubble_fraction = 0;          // 1 - sum of busy / (ranks * step)
+  // The zero-bubble paper's measure: the ranks' idle time over their compute, (ranks * step -
+  // sum of busy) / sum of busy; 1F1B's is (P-1)/M with equal stage times.
+  double bubble_rate = 0;
+  // The same counting only the idle time inside each rank's span, from its first action's start
+  // to its last action's end: what steps that overlap (no synchronisation between them) pay.
+  double span_bubble_rate = 0;
   std::int64_t max_peak_stored_bytes() const;
   int max_peak_in_flight() const;
 };

@@ -27,9 +27,7 @@ std::vector<int> microbatch_grid(int ranks) {
 std::string error_of(const Schedule& s) {
   try {
     check_deadlock_free(s);
-  } catch (const Error& e) {
-    return e.what();
-  }
+  } catch (const Error& e) { return e.what(); }
   return "";
 }
 
@@ -69,40 +67,34 @@ TEST_CASE("interleaved 1f1b with 2 stages per rank is deadlock-free for P <= 16,
 
 TEST_CASE("1f1b is PipeDream-Flush: warm-up, one forward one backward, cool-down") {
   const Schedule s = one_f_one_b(3, 4);
-  REQUIRE(s.actions[0] == std::vector<Action>{forward(0, 0), forward(0, 1), forward(0, 2),
-                                              backward(0, 0), forward(0, 3), backward(0, 1),
-                                              backward(0, 2), backward(0, 3)});
-  REQUIRE(s.actions[2] == std::vector<Action>{forward(2, 0), backward(2, 0), forward(2, 1),
-                                              backward(2, 1), forward(2, 2), backward(2, 2),
-                                              forward(2, 3), backward(2, 3)});
+  REQUIRE(s.actions[0] == std::vector<Action>{forward(0, 0), forward(0, 1), forward(0, 2), backward(0, 0),
+                                              forward(0, 3), backward(0, 1), backward(0, 2), backward(0, 3)});
+  REQUIRE(s.actions[2] == std::vector<Action>{forward(2, 0), backward(2, 0), forward(2, 1), backward(2, 1),
+                                              forward(2, 2), backward(2, 2), forward(2, 3), backward(2, 3)});
 }
 
 TEST_CASE("interleaved 1f1b follows Megatron's chunk order and warm-up") {
   // P = 2, v = 2, M = 4: rank 0 warms up with (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 forwards,
   // rank 1 with 2; stages 0 and 2 on rank 0, 1 and 3 on rank 1.
   const Schedule s = interleaved_1f1b(2, 2, 4);
-  REQUIRE(s.actions[0] ==
-          std::vector<Action>{forward(0, 0), forward(0, 1), forward(2, 0), forward(2, 1),
-                              forward(0, 2), backward(2, 0), forward(0, 3), backward(2, 1),
-                              forward(2, 2), backward(0, 0), forward(2, 3), backward(0, 1),
-                              backward(2, 2), backward(2, 3), backward(0, 2), backward(0, 3)});
-  REQUIRE(s.actions[1] ==
-          std::vector<Action>{forward(1, 0), forward(1, 1), forward(3, 0), backward(3, 0),
-                              forward(3, 1), backward(3, 1), forward(1, 2), backward(1, 0),
-                              forward(1, 3), backward(1, 1), forward(3, 2), backward(3, 2),
-                              forward(3, 3), backward(3, 3), backward(1, 2), backward(1, 3)});
+  REQUIRE(s.actions[0] == std::vector<Action>{forward(0, 0), forward(0, 1), forward(2, 0), forward(2, 1), forward(0, 2),
+                                              backward(2, 0), forward(0, 3), backward(2, 1), forward(2, 2),
+                                              backward(0, 0), forward(2, 3), backward(0, 1), backward(2, 2),
+                                              backward(2, 3), backward(0, 2), backward(0, 3)});
+  REQUIRE(s.actions[1] == std::vector<Action>{forward(1, 0), forward(1, 1), forward(3, 0), backward(3, 0),
+                                              forward(3, 1), backward(3, 1), forward(1, 2), backward(1, 0),
+                                              forward(1, 3), backward(1, 1), forward(3, 2), backward(3, 2),
+                                              forward(3, 3), backward(3, 3), backward(1, 2), backward(1, 3)});
   REQUIRE(s.rank_of_stage(5) == 1);
-  REQUIRE_THROWS_WITH(interleaved_1f1b(4, 2, 6),
-                      Contains("must be a multiple of the number of ranks (4)"));
+  REQUIRE_THROWS_WITH(interleaved_1f1b(4, 2, 6), Contains("must be a multiple of the number of ranks (4)"));
 }
 
 TEST_CASE("schedule_by_name knows the built-ins and lists them otherwise") {
   REQUIRE(schedule_by_name("gpipe", 3, 1, 5).actions == gpipe(3, 5).actions);
   REQUIRE(schedule_by_name("1f1b", 3, 1, 5).actions == one_f_one_b(3, 5).actions);
   REQUIRE(schedule_by_name("interleaved", 2, 2, 4).actions == interleaved_1f1b(2, 2, 4).actions);
-  REQUIRE_THROWS_WITH(schedule_by_name("zero-bubble", 2, 1, 4),
-                      Contains("unknown pipeline schedule 'zero-bubble'") &&
-                          Contains("'gpipe', '1f1b', 'interleaved'"));
+  REQUIRE_THROWS_WITH(schedule_by_name("zero-bubble", 2, 1, 4), Contains("unknown pipeline schedule 'zero-bubble'") &&
+                                                                    Contains("'gpipe', '1f1b', 'interleaved'"));
   REQUIRE_THROWS_WITH(schedule_by_name("1f1b", 2, 2, 4), Contains("use 'interleaved'"));
 }
 
@@ -187,8 +179,7 @@ TEST_CASE("validate names the rank and action of a structural mistake") {
     Schedule s = one_f_one_b(3, 4);
     auto& list = s.actions[1];
     list.erase(std::find(list.begin(), list.end(), backward(1, 2)));
-    REQUIRE_THROWS_WITH(validate(s),
-                        Contains("rank 1 never runs the backward of microbatch 2 on stage 1"));
+    REQUIRE_THROWS_WITH(validate(s), Contains("rank 1 never runs the backward of microbatch 2 on stage 1"));
   }
   SECTION("an action on the wrong rank") {
     Schedule s = gpipe(3, 2);
@@ -240,9 +231,12 @@ TEST_CASE("validate names the rank and action of a structural mistake") {
   }
   SECTION("order within one rank is free where the stages share it") {
     // One rank, two stages: no channel between them, so no ordering rule, only dependencies.
-    Schedule s{"mine", 1, 2, 2,
-               {{forward(0, 0), forward(0, 1), forward(1, 1), forward(1, 0), backward(1, 0),
-                 backward(0, 0), backward(1, 1), backward(0, 1)}}};
+    Schedule s{"mine",
+               1,
+               2,
+               2,
+               {{forward(0, 0), forward(0, 1), forward(1, 1), forward(1, 0), backward(1, 0), backward(0, 0),
+                 backward(1, 1), backward(0, 1)}}};
     REQUIRE_NOTHROW(validate(s));
     REQUIRE_NOTHROW(check_deadlock_free(s));
   }
@@ -257,57 +251,67 @@ TEST_CASE("deferred weight gradients: every built-in with -dw validates and is d
       for (const Schedule& s : schedules) {
         INFO(s.describe());
         REQUIRE_NOTHROW(check_deadlock_free(s));
-        // Each rank's list: the base schedule's, then one weight action per stage it holds,
-        // naming the microbatch of that stage's last backward.
+        // Each rank's list: the base schedule's, then its stages' weight actions, stage by stage,
+        // each stage's in the order of its backwards.
         const std::string base = s.name.substr(0, s.name.size() - 3);
         const Schedule plain = schedule_by_name(base, p, s.stages / p, m);
         for (int r = 0; r < p; ++r) {
           const std::vector<Action>& list = s.actions[r];
-          const std::size_t n = plain.actions[r].size();
-          REQUIRE(std::equal(plain.actions[r].begin(), plain.actions[r].end(), list.begin()));
-          REQUIRE(list.size() == n + static_cast<std::size_t>(s.stages / p));
-          for (std::size_t i = n; i < list.size(); ++i) {
-            REQUIRE(list[i].kind == ActionKind::weight);
-            const auto last_backward = std::find_if(plain.actions[r].rbegin(), plain.actions[r].rend(), [&](const Action& a) {
-              return a.kind == ActionKind::backward && a.stage == list[i].stage;
-            });
-            REQUIRE(last_backward->microbatch == list[i].microbatch);
-          }
+          const std::vector<Action>& before = plain.actions[r];
+          const std::size_t n = before.size();
+          REQUIRE(std::equal(before.begin(), before.end(), list.begin()));
+          REQUIRE(list.size() == n + static_cast<std::size_t>(m * (s.stages / p)));
+          std::vector<Action> expected;
+          for (int stage : s.stages_of_rank(r))
+            for (const Action& a : before)
+              if (a.kind == ActionKind::backward && a.stage == stage) expected.push_back(weight(stage, a.microbatch));
+          REQUIRE(std::equal(expected.begin(), expected.end(), list.begin() + static_cast<std::ptrdiff_t>(n)));
         }
       }
     }
   }
   REQUIRE_THROWS_WITH(defer_weight_gradients(defer_weight_gradients(gpipe(2, 2))),
-                      Contains("already has weight actions (weight gradients up to microbatch 1 on stage 0)"));
+                      Contains("already has weight actions (weight gradients of microbatch 0 on stage 0)"));
   REQUIRE(weight(3, 5).label(true) == "W5/s3");
 }
 
-TEST_CASE("weight actions out of place are named: before any backward, an uncovered backward, the wrong microbatch") {
+TEST_CASE("weight actions out of place are named: before their backward, missing, twice, out of order, wrong rank") {
   Schedule s = one_f_one_b(2, 2);  // rank 1: F0 B0 F1 B1
   s.name = "hand-made";
   {
     Schedule bad = s;
     bad.actions[1].insert(bad.actions[1].begin() + 1, weight(1, 0));  // F0 W0 B0 F1 B1
-    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1, action 1 (weight gradients up to microbatch 0 on stage 1) "
-                                                "has no backward of stage 1"));
+    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1, action 1 (weight gradients of microbatch 0 on stage 1) comes "
+                                                "before the backward of microbatch 0 on stage 1"));
   }
   {
     Schedule bad = s;
     bad.actions[1].insert(bad.actions[1].begin() + 2, weight(1, 0));  // F0 B0 W0 F1 B1
-    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1, action 4 (backward of microbatch 1 on stage 1) is followed by "
-                                                "no weight action of stage 1"));
+    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1 never runs the weight gradients of microbatch 1 on stage 1"));
     bad.actions[1].push_back(weight(1, 1));
     REQUIRE_NOTHROW(check_deadlock_free(bad));  // W after each backward: fine
+    bad.actions[1].push_back(weight(1, 1));
+    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1 runs the weight gradients of microbatch 1 on stage 1 twice, "
+                                                "as actions 5 and 6"));
   }
   {
-    Schedule bad = s;
+    Schedule bad = s;  // F0 B0 F1 B1 W1 W0: the weight gradients summed in another order than 1F1B's
+    bad.actions[1].push_back(weight(1, 1));
     bad.actions[1].push_back(weight(1, 0));
-    REQUIRE_THROWS_WITH(validate(bad), Contains("follows action 3 (backward of microbatch 1 on stage 1)") &&
-                                           Contains("here 1"));
+    REQUIRE_THROWS_WITH(validate(bad), Contains("rank 1, action 4 (weight gradients of microbatch 1 on stage 1) is "
+                                                "stage 1's weight action number 0, but its backward number 0 is "
+                                                "microbatch 0"));
   }
   {
     Schedule bad = s;
     bad.actions[0].push_back(weight(1, 1));  // stage 1 lives on rank 1
     REQUIRE_THROWS_WITH(validate(bad), Contains("is on the wrong rank"));
+  }
+  {
+    Schedule bad = s;
+    bad.stage_ranks = {0, 2};
+    REQUIRE_THROWS_WITH(validate(bad), Contains("places stage 1 on rank 2, outside 0..1"));
+    bad.stage_ranks = {0};
+    REQUIRE_THROWS_WITH(validate(bad), Contains("places 1 stages on ranks (stage_ranks) but has 2"));
   }
 }

@@ -63,8 +63,7 @@ TEST_CASE("the Chrome trace parses back with one complete event per action") {
     REQUIRE(event.at("dur").get<double>() == Approx((t.end_s - t.start_s) * 1e6));
   }
   REQUIRE(complete == 2 * 2 * 2 * 4);  // 2 ranks x 2 stages x 4 microbatches x (F, B)
-  REQUIRE(trace.at("otherData").at("bubble_fraction").get<double>() ==
-          Approx(r.bubble_fraction));
+  REQUIRE(trace.at("otherData").at("bubble_fraction").get<double>() == Approx(r.bubble_fraction));
 
   const std::string path = temp_path("trace.json");
   write_chrome_trace(path, s, r);
@@ -107,8 +106,8 @@ TEST_CASE("the planning table simulates every row") {
 
 TEST_CASE("the simulate tool prints the summary and timeline and writes the trace") {
   const std::string path = temp_path("tool_trace.json");
-  const ToolRun run = run_tool({"--schedule", "gpipe", "--ranks", "4", "--microbatches", "4",
-                                "--latency-us", "0", "--bandwidth-gbps", "0", "--trace", path});
+  const ToolRun run = run_tool({"--schedule", "gpipe", "--ranks", "4", "--microbatches", "4", "--latency-us", "0",
+                                "--bandwidth-gbps", "0", "--trace", path});
   INFO(run.out << run.err);
   REQUIRE(run.status == 0);
   REQUIRE_THAT(run.out, Contains("schedule 'gpipe' (4 ranks, 4 stages, 4 microbatches): "
@@ -120,14 +119,21 @@ TEST_CASE("the simulate tool prints the summary and timeline and writes the trac
   REQUIRE(trace.at("otherData").at("microbatches") == 4);
 
   SECTION("interleaved, per-stage costs, recomputation") {
-    const ToolRun inter = run_tool({"--schedule", "interleaved", "--ranks", "2",
-                                    "--microbatches", "4", "--forward-ms", "1,1,1,1",
-                                    "--backward-ms", "2", "--latency-us", "0",
-                                    "--bandwidth-gbps", "0", "--recompute"});
+    const ToolRun inter =
+        run_tool({"--schedule", "interleaved", "--ranks", "2", "--microbatches", "4", "--forward-ms", "1,1,1,1",
+                  "--backward-ms", "2", "--latency-us", "0", "--bandwidth-gbps", "0", "--recompute"});
     INFO(inter.out << inter.err);
     REQUIRE(inter.status == 0);
     REQUIRE_THAT(inter.out, Contains("(2 ranks, 4 stages, 4 microbatches)"));
     REQUIRE_THAT(inter.out, Contains("step time 36.000 ms"));  // 27 with backward 3 instead of 2
+  }
+  SECTION("zero-bubble schedules: zbv holds two stages per rank by default") {
+    ToolRun v = run_tool({"--schedule", "zbv", "--ranks", "4", "--microbatches", "8", "--forward-ms", "1",
+                          "--backward-ms", "2", "--weight-ms", "1", "--latency-us", "0", "--bandwidth-gbps", "0"});
+    INFO(v.out << v.err);
+    REQUIRE(v.status == 0);
+    REQUIRE_THAT(v.out, Contains("'zbv' (4 ranks, 8 stages, 8 microbatches)"));
+    REQUIRE_THAT(v.out, Contains("bubble rate (idle over compute) 6.25%"));
   }
   SECTION("errors are one line") {
     ToolRun bad = run_tool({"--schedule", "zero-bubble"});
@@ -164,10 +170,13 @@ TEST_CASE("the README's pipeline snippet runs", "[readme]") {
   out << format_summary(s, r) << format_timeline(s, r);
   write_chrome_trace(temp_path("pipeline.json"), s, r);
   REQUIRE(s.rank_of_stage(5) == 1);
-  REQUIRE(r.bubble_fraction > 3.0 / 19);  // the ideal, plus the link
+  REQUIRE(r.bubble_fraction > 3.0 / 19);                    // the ideal, plus the link
   REQUIRE(r.ranks[0].peak_stored_bytes == 11 * (8 << 20));  // Megatron's warm-up on rank 0
 
-  Schedule mine{"mine", /*ranks=*/2, /*stages=*/2, /*microbatches=*/2,
+  Schedule mine{"mine",
+                /*ranks=*/2,
+                /*stages=*/2,
+                /*microbatches=*/2,
                 {{forward(0, 0), backward(0, 0), forward(0, 1), backward(0, 1)},
                  {forward(1, 0), backward(1, 0), forward(1, 1), backward(1, 1)}}};
   check_deadlock_free(mine);

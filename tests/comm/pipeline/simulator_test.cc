@@ -168,14 +168,14 @@ TEST_CASE("deferred weight gradients: shorter backwards, the weights at the end,
       options.stage_costs = {StageCost{f, b, 0, 100, w, 50}};
       const SimulationResult o = simulate(schedule_by_name("1f1b-dw", p, 1, m), options);
       const SimulationResult g = simulate(schedule_by_name("gpipe-dw", p, 1, m), options);
-      // Rank 0's last backward ends as in 1F1B with backwards of b - w; then its weights, M w.
+      // Rank 0's last backward ends as in 1F1B with backwards of b - w; then its M weight actions.
       const double step = (m + p - 1) * (f + b - w) + m * w;
       REQUIRE(o.step_s == Approx(step).epsilon(1e-12));
       REQUIRE(g.step_s == Approx(step).epsilon(1e-12));
       REQUIRE(o.bubble_fraction == Approx(1 - m * (f + b) / step).margin(1e-12));
       const TimedAction& last = o.ranks[0].actions.back();
       REQUIRE(last.action.kind == ActionKind::weight);
-      REQUIRE(last.end_s - last.start_s == Approx(m * w));
+      REQUIRE(last.end_s - last.start_s == Approx(w));
       // The last rank keeps 50 per microbatch after its backward: most alive during its last forward.
       REQUIRE(o.ranks[p - 1].peak_stored_bytes == 50 * (m - 1) + 100);
       REQUIRE(g.ranks[0].peak_stored_bytes == 100 * m);
