@@ -22,10 +22,11 @@ WeightGradientQueue* WeightGradientQueue::active() {
 }
 
 void WeightGradientQueue::push(const std::shared_ptr<VariableNode>& weight, Tensor grad_output, Tensor input) {
-  TANDEM_CHECK(weight != nullptr && grad_output.dim() == 2 && input.dim() == 2 &&
-                   grad_output.size(0) == input.size(0) && grad_output.dtype() == input.dtype(),
-               "WeightGradientQueue: expected a weight, grad_output [rows, out] and input [rows, in] of one dtype; got ",
-               grad_output.description(), " and ", input.description());
+  TANDEM_CHECK(
+      weight != nullptr && grad_output.dim() == 2 && input.dim() == 2 && grad_output.size(0) == input.size(0) &&
+          grad_output.dtype() == input.dtype(),
+      "WeightGradientQueue: expected a weight, grad_output [rows, out] and input [rows, in] of one dtype; got ",
+      grad_output.description(), " and ", input.description());
   auto [it, added] = index_.emplace(weight.get(), entries_.size());
   if (added) entries_.push_back(Entry{weight, {}, {}});
   Entry& entry = entries_[it->second];
@@ -41,7 +42,8 @@ std::int64_t WeightGradientQueue::flush_order_free(Entry& entry) {
   for (std::size_t i = 0; i < entry.grad_outputs.size(); ++i) {
     rows += entry.grad_outputs[i].size(0);
     if (variable)
-      deliver_order_free(*variable, matmul(entry.grad_outputs[i], entry.inputs[i], true, false).reshape(entry.weight->shape));
+      deliver_order_free(*variable,
+                         matmul(entry.grad_outputs[i], entry.inputs[i], true, false).reshape(entry.weight->shape));
   }
   entry.grad_outputs.clear();
   entry.inputs.clear();
@@ -77,6 +79,13 @@ std::int64_t WeightGradientQueue::flush() {
   entries_.clear();
   index_.clear();
   return rows;
+}
+
+void WeightGradientQueue::absorb(WeightGradientQueue&& other) {
+  for (Entry& entry : other.entries_)
+    for (std::size_t i = 0; i < entry.inputs.size(); ++i)
+      push(entry.weight, std::move(entry.grad_outputs[i]), std::move(entry.inputs[i]));
+  other.clear();
 }
 
 void WeightGradientQueue::clear() {

@@ -62,6 +62,8 @@ class WeightGradientQueue {
   std::int64_t flush();
   // Drops what is queued (a failed step).
   void clear();
+  // Moves what `other` queued into this queue (weight actions computed together); other is left empty.
+  void absorb(WeightGradientQueue&& other);
 
   bool empty() const { return entries_.empty(); }
   std::int64_t queued_bytes() const;
@@ -72,7 +74,7 @@ class WeightGradientQueue {
     std::vector<Tensor> grad_outputs, inputs;
   };
   static std::int64_t flush_order_free(Entry& entry);
-  std::vector<Entry> entries_;                               // in the order weights were first queued
+  std::vector<Entry> entries_;                                  // in the order weights were first queued
   std::unordered_map<const VariableNode*, std::size_t> index_;  // weight -> entries_ position
 };
 

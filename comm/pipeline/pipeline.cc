@@ -1,7 +1,7 @@
 #include "comm/pipeline/pipeline.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -10,8 +10,8 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/weight_gradient_queue.h"
-#include "core/deterministic.h"
 #include "comm/protocol/activations_and_gradients.h"
+#include "core/deterministic.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/random.h"
@@ -30,7 +30,8 @@ std::vector<Microbatch> split_batch(const std::vector<Tensor>& batch, int microb
   TANDEM_CHECK(inputs >= 1 && inputs <= fields, "pipeline: input_fields ", input_fields, " for a batch of ", fields,
                " field(s): stage 0 needs at least one and at most ", fields);
   for (const Tensor& field : batch)
-    TANDEM_CHECK(field.defined() && field.dim() >= 1, "pipeline: every field of a batch needs a first axis to split; got ",
+    TANDEM_CHECK(field.defined() && field.dim() >= 1,
+                 "pipeline: every field of a batch needs a first axis to split; got ",
                  field.defined() ? field.description() : std::string("an undefined tensor"));
   const std::int64_t n = batch[0].shape()[0];
   for (int f = 1; f < fields; ++f)
@@ -63,8 +64,9 @@ std::uint64_t schedule_digest(const Schedule& schedule) {
   for (const auto& list : schedule.actions) {
     h.mix(list.size());
     for (const Action& a : list)
-      h.mix(static_cast<std::uint64_t>(a.kind)).mix(static_cast<std::uint64_t>(a.stage)).mix(
-          static_cast<std::uint64_t>(a.microbatch));
+      h.mix(static_cast<std::uint64_t>(a.kind))
+          .mix(static_cast<std::uint64_t>(a.stage))
+          .mix(static_cast<std::uint64_t>(a.microbatch));
   }
   return h.digest();
 }
@@ -90,18 +92,19 @@ Pipeline::Pipeline(CommunicatorPtr comm, Schedule schedule, std::vector<LinkPtr>
     TANDEM_CHECK(schedule_.ranks == comm->size(), "the schedule ", schedule_.describe(), " is for ", schedule_.ranks,
                  " rank(s), but the communicator has ", comm->size());
     check_deadlock_free(schedule_);  // validates it too
-    for (int s = rank; s < schedule_.stages; s += schedule_.ranks) stage_ids_.push_back(s);
+    stage_ids_ = schedule_.stages_of_rank(rank);
+    std::string held;
+    for (int s : stage_ids_) held += tandem::detail::concat(held.empty() ? "" : ", ", s);
     TANDEM_CHECK(stages.size() == stage_ids_.size(), "rank ", rank, " holds ", stage_ids_.size(), " stage(s) of ",
-                 schedule_.describe(), " but was given ", stages.size(), " link(s)");
+                 schedule_.describe(), " (", held.empty() ? std::string("none") : "stages " + held, ") but was given ",
+                 stages.size(), " link(s)");
     for (std::size_t i = 0; i < stages.size(); ++i)
       TANDEM_CHECK(stages[i] != nullptr, "rank ", rank, " was given no link (null) for stage ", stage_ids_[i]);
     for (std::size_t i = 1; i < stages.size(); ++i)
-      TANDEM_CHECK(stages[i]->device() == stages[0]->device(), "rank ", rank, "'s stages must be on one device, but stage ",
-                   stage_ids_[0], " is on ", stages[0]->device().str(), " and stage ", stage_ids_[i], " on ",
-                   stages[i]->device().str());
-  } catch (const std::exception& e) {
-    problem = e.what();
-  }
+      TANDEM_CHECK(stages[i]->device() == stages[0]->device(), "rank ", rank,
+                   "'s stages must be on one device, but stage ", stage_ids_[0], " is on ", stages[0]->device().str(),
+                   " and stage ", stage_ids_[i], " on ", stages[i]->device().str());
+  } catch (const std::exception& e) { problem = e.what(); }
   Json mine = {{"schedule", schedule_.describe()}, {"digest", schedule_digest(schedule_)}, {"problem", problem}};
   const std::vector<Json> all = exchange_documents(*comm, mine);
   std::string problems;
@@ -123,7 +126,7 @@ Pipeline::Pipeline(CommunicatorPtr comm, Schedule schedule, std::vector<LinkPtr>
     stages_[stage_ids_[i]] = stages[i];
   }
   for (const Action& a : schedule_.actions[static_cast<std::size_t>(rank)])
-    if (a.kind == ActionKind::weight) weight_queues_[a.stage];  // this stage's backwards queue
+    if (a.kind == ActionKind::weight) weight_stages_.insert(a.stage);  // this stage's backwards queue
   comm_ = comm->split(0, rank);
   comm_->set_timeout(comm->timeout());
 }
@@ -139,17 +142,28 @@ bool Pipeline::holds_stage(int stage_id) const { return stages_.count(stage_id) 
 // --- one step ----------------------------------------------------------------------------------
 
 struct Pipeline::Slot {
-  Variables inputs, outputs;          // kept from forward to backward (not with recompute)
-  std::vector<Tensor> saved_inputs;   // with recompute: only these
+  Variables inputs, outputs;         // kept from forward to backward (not with recompute)
+  std::vector<Tensor> saved_inputs;  // with recompute: only these
   std::vector<bool> saved_takes_gradient;
   std::optional<Generator> generator;  // with recompute: the state the forward started from
   double weight = 0;                   // the last stage: examples_m / examples
 };
 
-StepResult Pipeline::step(const std::vector<Tensor>& batch) { return run(nullptr, &batch, true); }
-StepResult Pipeline::step(const std::vector<Microbatch>& microbatches) { return run(&microbatches, nullptr, true); }
-StepResult Pipeline::evaluate(const std::vector<Tensor>& batch) { return run(nullptr, &batch, false); }
-StepResult Pipeline::evaluate(const std::vector<Microbatch>& microbatches) {
+// The flight recorder names the caller's line for every message of the step (call_site.h).
+StepResult Pipeline::step(const std::vector<Tensor>& batch, CallSite site) {
+  const CallSiteScope scope(site);
+  return run(nullptr, &batch, true);
+}
+StepResult Pipeline::step(const std::vector<Microbatch>& microbatches, CallSite site) {
+  const CallSiteScope scope(site);
+  return run(&microbatches, nullptr, true);
+}
+StepResult Pipeline::evaluate(const std::vector<Tensor>& batch, CallSite site) {
+  const CallSiteScope scope(site);
+  return run(nullptr, &batch, false);
+}
+StepResult Pipeline::evaluate(const std::vector<Microbatch>& microbatches, CallSite site) {
+  const CallSiteScope scope(site);
   return run(&microbatches, nullptr, false);
 }
 
@@ -159,7 +173,7 @@ void Pipeline::reset_step_state() {
   local_gradients_.clear();
   sent_.assign(static_cast<std::size_t>(2 * schedule_.stages), 0);
   received_.assign(static_cast<std::size_t>(2 * schedule_.stages), 0);
-  for (auto& entry : weight_queues_) entry.second.clear();
+  weight_queues_.clear();
   loss_sum_ = 0;
   observation_sum_.clear();
   current_action_ = "preparing the step";
@@ -185,13 +199,15 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
     }
     evaluation_microbatches_ = schedule_.microbatches;
     if (given != nullptr && !given->empty()) {
-      TANDEM_CHECK(static_cast<int>(given->size()) == schedule_.microbatches || !training, "pipeline: ",
-                   given->size(), " microbatches given to ", schedule_.describe());
+      TANDEM_CHECK(static_cast<int>(given->size()) == schedule_.microbatches || !training, "pipeline: ", given->size(),
+                   " microbatches given to ", schedule_.describe());
       evaluation_microbatches_ = static_cast<int>(given->size());
       examples_ = 0;
       for (const Microbatch& mb : *given) {
-        TANDEM_CHECK(mb.examples >= 1, "pipeline: every microbatch needs at least one example (its weight in the mean "
-                     "loss); got ", mb.examples);
+        TANDEM_CHECK(mb.examples >= 1,
+                     "pipeline: every microbatch needs at least one example (its weight in the mean "
+                     "loss); got ",
+                     mb.examples);
         examples_ += mb.examples;
         TANDEM_CHECK(!training || !deterministic() || mb.examples == given->front().examples,
                      "pipeline (deterministic mode): microbatches of ", given->front().examples, " and ", mb.examples,
@@ -204,9 +220,7 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
     // Deterministic mode: each microbatch is a gradient group (core/deterministic.h), on every stage.
     if (training && deterministic())
       for (int m = 0; m < schedule_.microbatches; ++m) record_gradient_group();
-  } catch (const protocol::Aborted& abort) {
-    failure = abort.failure;
-  } catch (const std::exception& e) {
+  } catch (const protocol::Aborted& abort) { failure = abort.failure; } catch (const std::exception& e) {
     failure = tandem::detail::concat("rank ", comm_->rank(), ", ", current_action_, ": ", e.what());
     primary = true;
   }
@@ -215,7 +229,7 @@ StepResult Pipeline::run(const std::vector<Microbatch>* given, const std::vector
     slots_.clear();
     local_activations_.clear();
     local_gradients_.clear();
-    for (auto& entry : weight_queues_) entry.second.clear();
+    weight_queues_.clear();
     // Whoever waits on a channel from this rank gets the abort instead of waiting forever.
     for (const Channel& c : outgoing_channels()) {
       protocol::send_abort(*comm_, failure, {c.peer, c.tag, -1, false});
@@ -248,7 +262,9 @@ void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point 
     profile_.peak_bytes = std::max(profile_.peak_bytes, activation_bytes() - base_bytes);
   };
   if (training) {
-    for (const Action& action : schedule_.actions[static_cast<std::size_t>(comm_->rank())]) {
+    const std::vector<Action>& list = schedule_.actions[static_cast<std::size_t>(comm_->rank())];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& action = list[i];
       timed(action, [&] {
         // The flight recorder's entries and the timeline's spans say which stage and microbatch
         // they served.
@@ -262,7 +278,13 @@ void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point 
                             : std::string());
         if (action.kind == ActionKind::forward) run_forward(action.stage, action.microbatch, true);
         else if (action.kind == ActionKind::backward) run_backward(action.stage, action.microbatch);
-        else run_weight(action.stage);
+        else {
+          // A run of one stage's weight actions (a -dw schedule's) is one product per weight, outside
+          // deterministic mode: each passes its queue on to the next, the last computes.
+          const bool pass_on = !deterministic() && i + 1 < list.size() && list[i + 1].kind == ActionKind::weight &&
+                               list[i + 1].stage == action.stage;
+          run_weight(action.stage, action.microbatch, pass_on ? list[i + 1].microbatch : -1);
+        }
       });
     }
     return;
@@ -299,10 +321,10 @@ Variables Pipeline::stage_inputs(int stage, int microbatch, bool training) {
     const int tag = 2 * (stage - 1);
     int consumed = 0;
     try {
-      protocol::Received got = protocol::recv_list(
-          *comm_, {from, tag, microbatch}, false, "pipeline: receive",
-          tandem::detail::concat("the activation of microbatch ", microbatch, " from stage ", stage - 1, " on rank ", from),
-          &consumed);
+      protocol::Received got = protocol::recv_list(*comm_, {from, tag, microbatch}, false, "pipeline: receive",
+                                                   tandem::detail::concat("the activation of microbatch ", microbatch,
+                                                                          " from stage ", stage - 1, " on rank ", from),
+                                                   &consumed);
       tensors = std::move(got.tensors);
       takes_gradient = std::move(got.takes_gradient);
     } catch (...) {
@@ -321,8 +343,10 @@ Variables Pipeline::call_stage(int stage, int microbatch, const Variables& input
   Variables xs = inputs;
   const LinkPtr& link = this->stage(stage);
   if (last) {
-    TANDEM_CHECK(!microbatches_->empty(), "the last stage has no batch for its targets: pass the batch (or the "
-                 "microbatches) on rank ", comm_->rank());
+    TANDEM_CHECK(!microbatches_->empty(),
+                 "the last stage has no batch for its targets: pass the batch (or the "
+                 "microbatches) on rank ",
+                 comm_->rank());
     for (const Tensor& t : (*microbatches_)[static_cast<std::size_t>(microbatch)].targets)
       xs.emplace_back(t.to(link->device()));
   }
@@ -460,10 +484,9 @@ void Pipeline::run_backward(int stage, int microbatch) {
   Variables outputs = std::move(slot->outputs);
   std::optional<ComputeTimer> timer(std::in_place, compute_s_);
   // A stage with weight actions leaves its weight gradients to them (weight_gradient_queue.h).
-  auto queue = weight_queues_.find(stage);
+  WeightGradientQueue* queue = weight_stages_.count(stage) ? &weight_queues_[{stage, microbatch}] : nullptr;
   std::optional<WeightGradientQueue::Scope> deferring;
-  if (queue != weight_queues_.end()) deferring.emplace(queue->second);
-  const std::int64_t queued_before = queue != weight_queues_.end() ? queue->second.queued_bytes() : 0;
+  if (queue != nullptr) deferring.emplace(*queue);
   if (options_.recompute) {
     // The forward again, from the same inputs and the same random state (dropout's masks).
     for (std::size_t i = 0; i < slot->saved_inputs.size(); ++i)
@@ -499,9 +522,9 @@ void Pipeline::run_backward(int stage, int microbatch) {
     }
     if (!roots.empty()) tandem::backward(roots, grads);
   }
-  if (queue != weight_queues_.end()) {
+  if (queue != nullptr) {
     std::int64_t& most = profile_.queued_bytes[stage];
-    most = std::max(most, queue->second.queued_bytes() - queued_before);
+    most = std::max(most, queue->queued_bytes());
   }
   if (stage == 0) return;
   std::vector<Tensor> input_grads;
@@ -512,11 +535,14 @@ void Pipeline::run_backward(int stage, int microbatch) {
   deliver(stage, stage - 1, microbatch, input_grads, std::vector<bool>(input_grads.size(), false), true);
 }
 
-void Pipeline::run_weight(int stage) {
-  auto queue = weight_queues_.find(stage);
-  TANDEM_CHECK(queue != weight_queues_.end(), "no weight gradients queued for stage ", stage, " on this rank");
+void Pipeline::run_weight(int stage, int microbatch, int pass_to) {
+  auto queue = weight_queues_.find({stage, microbatch});
+  TANDEM_CHECK(queue != weight_queues_.end(), "no weight gradients queued for microbatch ", microbatch, " of stage ",
+               stage, " on this rank");
   const ComputeTimer timer(compute_s_);
-  queue->second.flush();
+  if (pass_to >= 0) weight_queues_[{stage, pass_to}].absorb(std::move(queue->second));
+  else queue->second.flush();
+  weight_queues_.erase(queue);
 }
 
 // --- the end of a step -------------------------------------------------------------------------
@@ -527,7 +553,8 @@ std::vector<Pipeline::Channel> Pipeline::outgoing_channels() const {
   for (int s : stage_ids_) {
     if (s + 1 < schedule_.stages && schedule_.rank_of_stage(s + 1) != rank)
       out.push_back({schedule_.rank_of_stage(s + 1), 2 * s});
-    if (s > 0 && schedule_.rank_of_stage(s - 1) != rank) out.push_back({schedule_.rank_of_stage(s - 1), 2 * (s - 1) + 1});
+    if (s > 0 && schedule_.rank_of_stage(s - 1) != rank)
+      out.push_back({schedule_.rank_of_stage(s - 1), 2 * (s - 1) + 1});
   }
   return out;
 }
@@ -575,8 +602,8 @@ StepResult Pipeline::finish_step(const std::string& failure, bool primary, std::
   for (int r = 0; r < comm_->size(); ++r) {
     const std::int64_t e = all[r]["examples"];
     if (e < 0) continue;
-    TANDEM_CHECK(agreed < 0 || e == agreed, "pipeline: the ranks were given batches of different sizes (rank ", r,
-                 ": ", e, " examples, another rank: ", agreed, "): every rank must pass the same batch");
+    TANDEM_CHECK(agreed < 0 || e == agreed, "pipeline: the ranks were given batches of different sizes (rank ", r, ": ",
+                 e, " examples, another rank: ", agreed, "): every rank must pass the same batch");
     agreed = e;
   }
   const Json& last = all[static_cast<std::size_t>(schedule_.rank_of_stage(schedule_.stages - 1))];

@@ -24,13 +24,19 @@
 // and each microbatch: a stage's input is a leaf whose gradient goes back to the previous stage
 // when the schedule runs that microbatch's backward there. Stages hold no graph between steps.
 //
-// Weight actions (defer_weight_gradients, schedule.h): a stage's backwards compute the gradients
-// of its inputs (what the previous stage waits for) and of every parameter except linear
-// functions' weights, which they queue; the stage's weight actions compute those, one product per
-// weight over every queued microbatch (autograd/weight_gradient_queue.h). The same gradients
-// (to rounding); fewer, larger products. With an overlapping data-parallel optimizer registered
-// (a backward observer) nothing is queued and the weight actions have nothing to do.
-//
+// Weight actions (zero-bubble schedules, zero_bubble.h; defer_weight_gradients, schedule.h): a
+// stage's backward (B) computes the gradients of its inputs (what the previous stage waits for)
+// and of every parameter except linear functions' weights, which it queues for that microbatch;
+// the microbatch's weight action (W) computes those and frees what was queued
+// (autograd/weight_gradient_queue.h). A run of one stage's weight actions (a -dw schedule's end)
+// is computed as one product per weight over all their microbatches, outside deterministic mode.
+// Gradients: in deterministic mode (core/deterministic.h) bit-identical to the same schedule
+// without weight actions, and so to 1F1B, whatever the schedule (each weight's gradient is the
+// order-free sum of the same per-microbatch products); otherwise equal to rounding (the weight
+// actions add their products in the order of the stage's backwards, as 1F1B does, but through
+// a fused multiply-add where 1F1B adds a separate product). With an overlapping data-parallel
+// optimizer registered (a backward observer) nothing is queued and the weight actions have
+// nothing to do.
 // Communication: exactly what schedule.h says. Activations and gradients go out with isend, so a
 // rank goes on computing while they travel (completed in order, and all of them by the end of
 // the step); receives block until the message is there. With recompute, forward keeps only the
@@ -60,6 +66,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,6 +74,7 @@
 #include "comm/pipeline/schedule.h"
 #include "comm/pipeline/simulator.h"
 #include "comm/transport/communicator.h"
+#include "core/call_site.h"
 #include "layers/link.h"
 #include "layers/optimizers/loss_scaler.h"
 
@@ -107,14 +115,14 @@ struct StepResult {
 // each action with its start and end (seconds from the start of the step, waits for messages
 // included), the time the stage computed in it (waits left out), and per stage the bytes of its
 // outputs, of what a microbatch keeps from its forward to its backward and of what its backward
-// queues for a weight action (each the largest over microbatches), and the most bytes alive above the step's start after any action, the
-// parameters' gradients left out (the first backward of a step may create them).
+// queues for a weight action (each the largest over microbatches), and the most bytes alive above the step's start
+// after any action, the parameters' gradients left out (the first backward of a step may create them).
 struct StepProfile {
   std::vector<TimedAction> actions;
-  std::vector<double> compute_s;              // per action
-  std::map<int, std::int64_t> output_bytes;   // by stage
-  std::map<int, std::int64_t> stored_bytes;   // by stage
-  std::map<int, std::int64_t> queued_bytes;   // by stage: what a backward queues for a weight action
+  std::vector<double> compute_s;             // per action
+  std::map<int, std::int64_t> output_bytes;  // by stage
+  std::map<int, std::int64_t> stored_bytes;  // by stage
+  std::map<int, std::int64_t> queued_bytes;  // by stage: what a backward queues for a weight action
   std::int64_t peak_bytes = 0;
   double step_s = 0;         // this rank's step, to the end of the exchange
   double start_clock_s = 0;  // when it started, on std::chrono::steady_clock (one clock per host)
@@ -122,8 +130,8 @@ struct StepProfile {
 
 class Pipeline : public Link {
  public:
-  // stages: this rank's stages in increasing order (stage s lives on rank s % ranks: for
-  // interleaved schedules rank r holds r, r + ranks, ...). Collective over comm's ranks, which
+  // stages: this rank's stages in increasing order, schedule.stages_of_rank(rank) (for interleaved
+  // schedules rank r holds r, r + ranks, ...; for zbv r and 2 * ranks - 1 - r). Collective over comm's ranks, which
   // must all pass schedules that agree. The pipeline communicates on its own split of comm, so
   // its messages never meet the user's.
   Pipeline(CommunicatorPtr comm, Schedule schedule, std::vector<LinkPtr> stages, PipelineOptions options = {});
@@ -131,15 +139,15 @@ class Pipeline : public Link {
 
   // One training step over the batch, split into the schedule's microbatches. Every rank passes
   // the batch (ranks without the first or last stage only check its size; they may pass {}).
-  StepResult step(const std::vector<Tensor>& batch);
+  StepResult step(const std::vector<Tensor>& batch, CallSite site = CallSite::current());
   // A step over microbatches the caller made (e.g. grouped by sequence length).
-  StepResult step(const std::vector<Microbatch>& microbatches);
+  StepResult step(const std::vector<Microbatch>& microbatches, CallSite site = CallSite::current());
   // Forward only, microbatched, without a graph and outside training mode (evaluation), in any
   // number of microbatches: a batch of fewer examples than the schedule's microbatches (the last
   // of an epoch) goes in one microbatch per example. A rank that passes no batch runs the
   // schedule's count, so pass the batch on every rank when the last one may be short.
-  StepResult evaluate(const std::vector<Tensor>& batch);
-  StepResult evaluate(const std::vector<Microbatch>& microbatches);
+  StepResult evaluate(const std::vector<Tensor>& batch, CallSite site = CallSite::current());
+  StepResult evaluate(const std::vector<Microbatch>& microbatches, CallSite site = CallSite::current());
 
   const Schedule& schedule() const { return schedule_; }
   Communicator& communicator() const { return *comm_; }
@@ -163,7 +171,9 @@ class Pipeline : public Link {
   void run_actions(bool training, std::chrono::steady_clock::time_point start);
   void run_forward(int stage, int microbatch, bool training);
   void run_backward(int stage, int microbatch);
-  void run_weight(int stage);
+  // Computes microbatch's weight gradients on stage, or with pass_to >= 0 hands them to that
+  // microbatch's weight action (a run of weight actions computed together).
+  void run_weight(int stage, int microbatch, int pass_to);
   Variables stage_inputs(int stage, int microbatch, bool training);
   Variables call_stage(int stage, int microbatch, const Variables& inputs);
   void deliver(int from_stage, int to_stage, int microbatch, const std::vector<Tensor>& tensors,
@@ -181,8 +191,10 @@ class Pipeline : public Link {
   std::shared_ptr<const LossScaler> loss_scaler_;
   std::vector<int> stage_ids_;
   std::map<int, LinkPtr> stages_;
-  // The stages of this rank whose weight gradients the schedule's weight actions compute.
-  std::map<int, WeightGradientQueue> weight_queues_;
+  // The stages of this rank whose weight gradients the schedule's weight actions compute, and what
+  // each microbatch's backward queued for its weight action, by (stage, microbatch).
+  std::set<int> weight_stages_;
+  std::map<std::pair<int, int>, WeightGradientQueue> weight_queues_;
   StepProfile profile_;
 
   // The state of one step.
@@ -190,8 +202,7 @@ class Pipeline : public Link {
   std::int64_t examples_ = 0;
   std::map<std::pair<int, int>, std::shared_ptr<Slot>> slots_;  // (stage, microbatch)
   // Between two stages on this rank (one rank holding every stage): by (receiving stage, microbatch).
-  std::map<std::pair<int, int>, std::pair<std::vector<Tensor>, std::vector<bool>>> local_activations_,
-      local_gradients_;
+  std::map<std::pair<int, int>, std::pair<std::vector<Tensor>, std::vector<bool>>> local_activations_, local_gradients_;
   std::vector<std::int64_t> sent_, received_;  // messages per tag
   double loss_sum_ = 0;
   StepObservation observation_sum_;

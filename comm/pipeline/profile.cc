@@ -28,10 +28,13 @@ double median(std::vector<double> v) {
 
 MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
   const StepProfile& profile = pipe.last_profile();
-  Json mine = {{"step_s", profile.step_s}, {"peak_bytes", profile.peak_bytes}, {"stages", Json::array()}};
+  Json mine = {{"step_s", profile.step_s},
+               {"peak_bytes", profile.peak_bytes},
+               {"stages", Json::array()},
+               {"action_seconds", profile.compute_s}};
   for (int s : pipe.stage_ids()) {
     std::vector<double> forwards, backwards;
-    double weights = 0;  // the stage's weight actions together (they cover every backward once)
+    double weights = 0;  // the stage's weight actions together (one per backward)
     for (std::size_t i = 0; i < profile.actions.size(); ++i) {
       const Action& action = profile.actions[i].action;
       if (action.stage != s) continue;
@@ -61,6 +64,7 @@ MeasuredStep measure_last_step(const Pipeline& pipe, const LinkModel& link) {
     const Json rank = Json::parse(protocol::tensor_text(t));
     out.step_s = std::max(out.step_s, rank["step_s"].get<double>());
     out.peak_bytes.push_back(rank["peak_bytes"]);
+    out.action_seconds.push_back(rank["action_seconds"].get<std::vector<double>>());
     for (const Json& st : rank["stages"]) {
       const int s = st["stage"];
       TANDEM_CHECK(st["forwards"].get<int>() > 0 && st["backwards"].get<int>() > 0, "measure_last_step: stage ", s,
@@ -90,8 +94,8 @@ SimulationResult measured_result(const Pipeline& pipe) {
   Json mine = {{"start", profile.start_clock_s}, {"peak_bytes", profile.peak_bytes}, {"actions", Json::array()}};
   for (std::size_t i = 0; i < profile.actions.size(); ++i) {
     const TimedAction& a = profile.actions[i];
-    mine["actions"].push_back({static_cast<int>(a.action.kind), a.action.stage, a.action.microbatch,
-                               a.start_s, a.end_s, profile.compute_s[i]});
+    mine["actions"].push_back({static_cast<int>(a.action.kind), a.action.stage, a.action.microbatch, a.start_s, a.end_s,
+                               profile.compute_s[i]});
   }
   std::vector<Json> all;
   for (const Tensor& t : pipe.communicator().allgather(protocol::text_tensor(mine.dump())))
@@ -119,8 +123,7 @@ SimulationResult measured_result(const Pipeline& pipe) {
     busy += r.busy_s;
     result.ranks.push_back(std::move(r));
   }
-  if (result.step_s > 0)
-    result.bubble_fraction = 1 - busy / (static_cast<double>(result.ranks.size()) * result.step_s);
+  if (result.step_s > 0) result.bubble_fraction = 1 - busy / (static_cast<double>(result.ranks.size()) * result.step_s);
   return result;
 }
 

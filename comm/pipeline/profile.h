@@ -22,9 +22,12 @@ namespace tandem {
 namespace pipeline {
 
 struct MeasuredStep {
-  SimulationOptions options;            // per stage costs (medians over microbatches), the link
-  double step_s = 0;                    // the slowest rank's last step, its final exchange included
+  SimulationOptions options;             // per stage costs (medians over microbatches), the link
+  double step_s = 0;                     // the slowest rank's last step, its final exchange included
   std::vector<std::int64_t> peak_bytes;  // per rank: the most bytes alive above the step's start
+  // Per rank, the compute time of each action of its list (waits left out): set it as
+  // SimulationOptions::action_seconds to simulate this very step with its own times.
+  std::vector<std::vector<double>> action_seconds;
 };
 
 // Collective over pipe's ranks: what every rank's last_profile() says, in stage order, with

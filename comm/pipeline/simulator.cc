@@ -44,6 +44,19 @@ std::vector<StageCost> costs_per_stage(const Schedule& s, const SimulationOption
                "simulate: the link's latency (", link.latency_s, " s) and bandwidth (", link.bandwidth_bytes_per_s,
                " bytes/s) must be finite and >= 0 (bandwidth 0: "
                "unlimited)");
+  if (!options.action_seconds.empty()) {
+    TANDEM_CHECK(static_cast<int>(options.action_seconds.size()) == s.ranks, "simulate: action_seconds has ",
+                 options.action_seconds.size(), " lists for ", s.ranks, " ranks (one per rank, or none)");
+    for (int r = 0; r < s.ranks; ++r) {
+      const std::vector<double>& times = options.action_seconds[static_cast<std::size_t>(r)];
+      TANDEM_CHECK(times.size() == s.actions[static_cast<std::size_t>(r)].size(), "simulate: action_seconds of rank ",
+                   r, " has ", times.size(), " durations for its ", s.actions[static_cast<std::size_t>(r)].size(),
+                   " actions");
+      for (double t : times)
+        TANDEM_CHECK(std::isfinite(t) && t >= 0, "simulate: rank ", r, " has an action duration of ", t,
+                     " s (finite and >= 0)");
+    }
+  }
   if (given.size() == 1) return std::vector<StageCost>(s.stages, given[0]);
   return given;
 }
@@ -65,6 +78,7 @@ class Simulation {
         costs_(costs_per_stage(s, options)),
         link_(options.link),
         recompute_(options.recompute),
+        action_seconds_(options.action_seconds),
         channels_(2 * s.stages),
         end_(2, std::vector<double>(static_cast<std::size_t>(s.stages) * s.microbatches, -1)),
         link_free_(static_cast<std::size_t>(s.ranks) * s.ranks, 0),
@@ -142,6 +156,7 @@ class Simulation {
     double duration =
         fwd ? cost.forward_s : cost.backward_s - (split ? cost.weight_s : 0) + (recompute_ ? cost.forward_s : 0);
     if (weights) duration = cost.weight_s;
+    if (!action_seconds_.empty()) duration = action_seconds_[r][position_[r]];
     RankResult& rank = result_.ranks[r];
     const double start = std::max(rank.end_s, ready);
     const double end = start + duration;
@@ -259,6 +274,7 @@ class Simulation {
   std::vector<StageCost> costs_;
   LinkModel link_;
   bool recompute_;
+  const std::vector<std::vector<double>>& action_seconds_;
   std::vector<Channel> channels_;         // by message_tag
   std::vector<std::vector<double>> end_;  // [kind][stage, microbatch]: end time, -1: not yet
   std::vector<double> link_free_;         // [from * ranks + to]

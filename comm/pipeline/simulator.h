@@ -56,6 +56,11 @@ struct SimulationOptions {
   std::vector<StageCost> stage_costs = {StageCost{}};  // one per stage, or one for all
   LinkModel link;
   bool recompute = false;  // activation recomputation (see the model above)
+  // Empty, or per rank one duration per action of its list (recompute included): replaces the
+  // stage costs' times, e.g. with a measured step's own compute times (MeasuredStep), so that
+  // the simulation is that step with nothing but its compute and its dependencies. Memory and
+  // messages still come from stage_costs.
+  std::vector<std::vector<double>> action_seconds;
 };
 
 struct TimedAction {

@@ -3,8 +3,8 @@
 // optimizer steps, equal the same model computed in one process on the whole batch (f64, to
 // 1e-10); a sequence stage takes microbatches of different lengths; recomputation changes
 // nothing; under bf16 autocast the activations cross the stages in bf16 and the gradients equal
-// one process running the same microbatches under the same autocast; and every kind of bad input is the same clear error on every rank, after which the
-// pipeline still runs.
+// one process running the same microbatches under the same autocast; and every kind of bad input is the same clear
+// error on every rank, after which the pipeline still runs.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,6 +18,9 @@
 #include "comm/pipeline/pipeline.h"
 #include "comm/pipeline/pipeline_training.h"
 #include "comm/pipeline/profile.h"
+#include "comm/pipeline/zero_bubble.h"
+#include "comm/trace/flight_recorder.h"
+#include "core/deterministic.h"
 #include "data/iterator.h"
 #include "data/tuple_dataset.h"
 #include "layers/links/linear.h"
@@ -90,6 +93,13 @@ std::vector<LinkPtr> my_stages(int stages, int ranks, int rank) {
   return mine;
 }
 
+// This rank's stages where the schedule places them (zbv's V).
+std::vector<LinkPtr> my_stages(const pipeline::Schedule& schedule, int rank) {
+  std::vector<LinkPtr> mine;
+  for (int s : schedule.stages_of_rank(rank)) mine.push_back(std::make_shared<MlpStage>(s, schedule.stages));
+  return mine;
+}
+
 void require_close(const Tensor& got, const Tensor& want, const std::string& what, double tol = 1e-10) {
   INFO(what);
   REQUIRE(got.defined());
@@ -133,7 +143,19 @@ std::vector<Case> cases(int p) {
     out.push_back({"1f1b" + suffix, 1, p, true});
     out.push_back({"interleaved" + suffix, 2, p, true});
   }
+  // Zero bubble (zero_bubble.h): weight actions per microbatch.
+  for (int m : {p, 2 * p, 2 * p + 1}) {
+    out.push_back({"zb-h1", 1, m, false});
+    out.push_back({"zb-h2", 1, m, false});
+    out.push_back({"zbv", 2, m, false});
+  }
+  out.push_back({"zb-h1", 1, 2 * p, true});
+  out.push_back({"zbv", 2, 2 * p + 1, true});
   return out;
+}
+
+bool has_weight_actions(const std::string& schedule) {
+  return schedule.rfind("zb", 0) == 0 || (schedule.size() > 3 && schedule.substr(schedule.size() - 3) == "-dw");
 }
 
 }  // namespace
@@ -147,9 +169,8 @@ TEST_CASE("pipeline: one step's gradients equal one process for every schedule a
                     << (c.recompute ? ", recompute" : ""));
     pipeline::PipelineOptions options;
     options.recompute = c.recompute;
-    auto pipe = std::make_shared<pipeline::Pipeline>(
-        comm, pipeline::schedule_by_name(c.schedule, p, c.stages_per_rank, c.microbatches),
-        my_stages(stages, p, comm->rank()), options);
+    const pipeline::Schedule schedule = pipeline::schedule_by_name(c.schedule, p, c.stages_per_rank, c.microbatches);
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm, schedule, my_stages(schedule, comm->rank()), options);
     const std::vector<Tensor> batch = make_batch(4 * p + 3, 7);  // uneven microbatches
     const pipeline::StepResult result = pipe->step(batch);
 
@@ -158,28 +179,29 @@ TEST_CASE("pipeline: one step's gradients equal one process for every schedule a
     REQUIRE(std::abs(result.loss - loss) <= 1e-12);
     REQUIRE(result.examples == 4 * p + 3);
     require_same_params(*pipe, ref, true);
-    // Deferred: every stage's backwards queued its weight's gradient, and its weight action ran.
-    const bool deferred = c.schedule.size() > 3 && c.schedule.substr(c.schedule.size() - 3) == "-dw";
+    // Weight actions: every stage's backwards queued its weight's gradient, and its weight actions ran.
+    const bool deferred = has_weight_actions(c.schedule);
     const pipeline::StepProfile& profile = pipe->last_profile();
     REQUIRE(profile.queued_bytes.size() == (deferred ? pipe->stage_ids().size() : 0));
     for (const auto& [stage, bytes] : profile.queued_bytes) REQUIRE(bytes > 0);
     const auto weight_actions = std::count_if(profile.actions.begin(), profile.actions.end(), [](const auto& a) {
       return a.action.kind == pipeline::ActionKind::weight;
     });
-    REQUIRE(weight_actions == static_cast<long>(deferred ? pipe->stage_ids().size() : 0));
+    REQUIRE(weight_actions == static_cast<long>(deferred ? pipe->stage_ids().size() * c.microbatches : 0));
   }
 }
 
 TEST_CASE("pipeline: parameters after three optimizer steps equal one process") {
   const CommunicatorPtr comm = world();
   const int p = comm->size();
-  for (const std::string name : {"gpipe", "1f1b", "1f1b-dw"}) {
+  for (const auto& [name, per_rank] :
+       std::vector<std::pair<std::string, int>>{{"gpipe", 1}, {"1f1b", 1}, {"1f1b-dw", 1}, {"zb-h1", 1}, {"zbv", 2}}) {
     INFO(name);
-    auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 2 * p + 1),
-                                                     my_stages(p, p, comm->rank()));
+    const pipeline::Schedule schedule = pipeline::schedule_by_name(name, p, per_rank, 2 * p + 1);
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm, schedule, my_stages(schedule, comm->rank()));
     MomentumSGD opt(0.1, 0.9);
     opt.setup(pipe);
-    Reference ref(p);
+    Reference ref(schedule.stages);
     auto whole = std::make_shared<ChainList>();
     for (auto& l : ref.links) whole->append(l);
     MomentumSGD ref_opt(0.1, 0.9);
@@ -200,7 +222,8 @@ TEST_CASE("pipeline: parameters after three optimizer steps equal one process") 
 TEST_CASE("pipeline: evaluate runs forwards only and reports the last stage's observation on every rank") {
   const CommunicatorPtr comm = world();
   const int p = comm->size();
-  auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::one_f_one_b(p, p + 1), my_stages(p, p, comm->rank()));
+  auto pipe =
+      std::make_shared<pipeline::Pipeline>(comm, pipeline::one_f_one_b(p, p + 1), my_stages(p, p, comm->rank()));
   const std::vector<Tensor> batch = make_batch(3 * p + 1, 5);
   const pipeline::StepResult result = pipe->evaluate(batch);
   Reference ref(p);
@@ -234,7 +257,8 @@ class SequenceStage : public Chain {
     Variable h;
     if (stage_ == 0) {
       const Variables sequences(xs.begin(), xs.end() - (last_ ? 1 : 0));
-      h = F::reshape(lstm->forward(Variable(), Variable(), sequences).hy, {static_cast<std::int64_t>(sequences.size()), kWidth});
+      h = F::reshape(lstm->forward(Variable(), Variable(), sequences).hy,
+                     {static_cast<std::int64_t>(sequences.size()), kWidth});
     } else {
       h = xs[0];
     }
@@ -269,20 +293,25 @@ TEST_CASE("pipeline: microbatches of different sequence lengths through an NStep
     mb.examples = m + 1;
     microbatches.push_back(mb);
   }
-  for (const std::string name : {"gpipe", "1f1b"}) {
+  for (const auto& [name, per_rank] :
+       std::vector<std::pair<std::string, int>>{{"gpipe", 1}, {"1f1b", 1}, {"zb-h1", 1}, {"zb-h2", 1}, {"zbv", 2}}) {
     INFO(name);
+    const pipeline::Schedule schedule = pipeline::schedule_by_name(name, p, per_rank, m_count);
+    const int stages = schedule.stages;
     std::vector<LinkPtr> mine;
-    for (int s = comm->rank(); s < p; s += p) mine.push_back(std::make_shared<SequenceStage>(s, p));
-    auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, m_count), mine);
+    for (int s : schedule.stages_of_rank(comm->rank())) mine.push_back(std::make_shared<SequenceStage>(s, stages));
+    auto pipe = std::make_shared<pipeline::Pipeline>(comm, schedule, mine);
     const pipeline::StepResult result = pipe->step(microbatches);
 
     std::vector<std::shared_ptr<SequenceStage>> ref;
-    for (int s = 0; s < p; ++s) ref.push_back(std::make_shared<SequenceStage>(s, p));
+    for (int s = 0; s < stages; ++s) ref.push_back(std::make_shared<SequenceStage>(s, stages));
     Variables xs;
     for (const Tensor& t : all_sequences) xs.emplace_back(t);
-    if (p == 1) xs.emplace_back(concat(all_targets, 0));
+    if (stages == 1) xs.emplace_back(concat(all_targets, 0));
     Variable h = ref[0]->forward_many(xs)[0];
-    for (int s = 1; s < p; ++s) h = ref[static_cast<std::size_t>(s)]->forward_many(s == p - 1 ? Variables{h, Variable(concat(all_targets, 0))} : Variables{h})[0];
+    for (int s = 1; s < stages; ++s)
+      h = ref[static_cast<std::size_t>(s)]->forward_many(
+          s == stages - 1 ? Variables{h, Variable(concat(all_targets, 0))} : Variables{h})[0];
     h.backward();
     REQUIRE(std::abs(result.loss - h.data().item()) <= 1e-12);
     for (int s : pipe->stage_ids()) {
@@ -368,8 +397,9 @@ TEST_CASE("pipeline: a failure on one rank is the same error on every rank, and 
   for (const std::string name : {"gpipe", "1f1b", "1f1b-dw"}) {
     INFO(name);
     {
-      auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 3),
-                                                       faulty_stages(p, comm->rank(), FaultyStage::Fault::returns_nothing));
+      auto pipe =
+          std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 3),
+                                               faulty_stages(p, comm->rank(), FaultyStage::Fault::returns_nothing));
       // On every rank: the rank, the action and why.
       REQUIRE_THROWS_WITH(pipe->step(make_batch(6, 1)),
                           Contains("rank 0, forward of microbatch 1 on stage 0") && Contains("returned nothing"));
@@ -377,8 +407,9 @@ TEST_CASE("pipeline: a failure on one rank is the same error on every rank, and 
     }
     {
       // Stage 0 returns twice the width for microbatch 1: stage 1's Linear cannot take it.
-      auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 3),
-                                                       faulty_stages(p, comm->rank(), FaultyStage::Fault::changes_width));
+      auto pipe =
+          std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(name, p, 1, 3),
+                                               faulty_stages(p, comm->rank(), FaultyStage::Fault::changes_width));
       REQUIRE_THROWS_WITH(pipe->step(make_batch(6, 1)),
                           Contains("rank 1, forward of microbatch 1 on stage 1") && Contains("f64[2, 12]"));
       require_next_step_works(*pipe, p);
@@ -424,33 +455,36 @@ TEST_CASE("pipeline x data parallelism: the layout's pipelines with averaged gra
   REQUIRE(layout.pipeline->size() == p);
   REQUIRE(layout.data->size() == data_parallel);
   const int v = p == 1 ? 2 : 1;  // a pipeline of one rank holds two stages
-  const int stages = p * v;
-  const pipeline::Schedule schedule =
-      v == 1 ? pipeline::one_f_one_b(p, 3) : pipeline::interleaved_1f1b(p, v, 3);
-  auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule,
-                                                   my_stages(stages, p, layout.stage_rank));
-  auto opt = create_multi_node_optimizer(std::make_shared<SGD>(0.5), layout.data);
-  opt->setup(pipe);
-  Reference ref(stages);
-  auto whole = std::make_shared<ChainList>();
-  for (auto& l : ref.links) whole->append(l);
-  SGD ref_opt(0.5);
-  ref_opt.setup(whole);
-  const std::int64_t share = 7;
-  for (int step = 0; step < 2; ++step) {
-    // The whole batch; each pipeline takes its own share of it.
-    const std::vector<Tensor> batch = make_batch(share * data_parallel, 31 + step);
-    std::vector<Tensor> mine;
-    for (const Tensor& field : batch)
-      mine.push_back(field.slice_rows(share * layout.pipeline_index, share * (layout.pipeline_index + 1)));
-    pipe->cleargrads();
-    pipe->step(mine);
-    opt->update();
-    whole->cleargrads();
-    ref.loss_and_backward(batch);
-    ref_opt.update();
+  std::vector<pipeline::Schedule> schedules = {
+      v == 1 ? pipeline::one_f_one_b(p, 3) : pipeline::interleaved_1f1b(p, v, 3), pipeline::zbv(p, 3)};
+  if (v == 1) schedules.push_back(pipeline::zb_h1(p, 3));
+  for (const pipeline::Schedule& schedule : schedules) {
+    INFO(schedule.describe());
+    const int stages = schedule.stages;
+    auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule, my_stages(schedule, layout.stage_rank));
+    auto opt = create_multi_node_optimizer(std::make_shared<SGD>(0.5), layout.data);
+    opt->setup(pipe);
+    Reference ref(stages);
+    auto whole = std::make_shared<ChainList>();
+    for (auto& l : ref.links) whole->append(l);
+    SGD ref_opt(0.5);
+    ref_opt.setup(whole);
+    const std::int64_t share = 7;
+    for (int step = 0; step < 2; ++step) {
+      // The whole batch; each pipeline takes its own share of it.
+      const std::vector<Tensor> batch = make_batch(share * data_parallel, 31 + step);
+      std::vector<Tensor> mine;
+      for (const Tensor& field : batch)
+        mine.push_back(field.slice_rows(share * layout.pipeline_index, share * (layout.pipeline_index + 1)));
+      pipe->cleargrads();
+      pipe->step(mine);
+      opt->update();
+      whole->cleargrads();
+      ref.loss_and_backward(batch);
+      ref_opt.update();
+    }
+    require_same_params(*pipe, ref, false);
   }
-  require_same_params(*pipe, ref, false);
 }
 
 TEST_CASE("pipeline updater and evaluator: the Trainer's steps equal one process, reported on every rank") {
@@ -462,8 +496,8 @@ TEST_CASE("pipeline updater and evaluator: the Trainer's steps equal one process
   auto opt = std::make_shared<SGD>(0.3);
   opt->setup(pipe);
   // Every rank iterates the same batches (same seed).
-  auto updater = pipeline::create_pipeline_updater(std::make_shared<SerialIterator>(dataset, 10, true, true, 5), opt,
-                                                   pipe);
+  auto updater =
+      pipeline::create_pipeline_updater(std::make_shared<SerialIterator>(dataset, 10, true, true, 5), opt, pipe);
   Reference ref(p);
   auto whole = std::make_shared<ChainList>();
   for (auto& l : ref.links) whole->append(l);
@@ -480,7 +514,8 @@ TEST_CASE("pipeline updater and evaluator: the Trainer's steps equal one process
   }
   require_same_params(*pipe, ref, false);
   // The evaluator over 40 examples in batches of 15 (the last has 10): the mean loss of the model.
-  auto evaluator = pipeline::create_pipeline_evaluator(std::make_shared<SerialIterator>(dataset, 15, false, false), pipe);
+  auto evaluator =
+      pipeline::create_pipeline_evaluator(std::make_shared<SerialIterator>(dataset, 15, false, false), pipe);
   const Observation metrics = evaluator->evaluate();
   double want;
   {
@@ -528,9 +563,11 @@ TEST_CASE("profile: measured costs and timeline of a real step; 1F1B keeps less 
     const pipeline::SimulationResult real = pipeline::measured_result(*pipe);
     REQUIRE(real.ranks.size() == static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) {
-      REQUIRE(real.ranks[static_cast<std::size_t>(r)].actions.size() == schedule.actions[static_cast<std::size_t>(r)].size());
+      REQUIRE(real.ranks[static_cast<std::size_t>(r)].actions.size() ==
+              schedule.actions[static_cast<std::size_t>(r)].size());
       for (std::size_t i = 0; i < schedule.actions[static_cast<std::size_t>(r)].size(); ++i)
-        CHECK(real.ranks[static_cast<std::size_t>(r)].actions[i].action == schedule.actions[static_cast<std::size_t>(r)][i]);
+        CHECK(real.ranks[static_cast<std::size_t>(r)].actions[i].action ==
+              schedule.actions[static_cast<std::size_t>(r)][i]);
     }
     CHECK(real.step_s > 0);
   }
@@ -594,8 +631,8 @@ TEST_CASE("pipeline under bf16 autocast: bf16 activations between stages, gradie
     INFO(schedule << ", " << p << " stages, " << microbatches << " microbatches");
     std::vector<LinkPtr> mine;
     for (int s = comm->rank(); s < p; s += p) mine.push_back(f32_stage(s, p));
-    auto pipe = std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(schedule, p, 1, microbatches),
-                                                     mine);
+    auto pipe =
+        std::make_shared<pipeline::Pipeline>(comm, pipeline::schedule_by_name(schedule, p, 1, microbatches), mine);
     std::vector<Tensor> batch = make_batch(3 * microbatches, 11);
     batch[0] = batch[0].to(DType::f32);
     pipeline::StepResult result;
@@ -642,4 +679,97 @@ TEST_CASE("pipeline under bf16 autocast: bf16 activations between stages, gradie
       }
     }
   }
+}
+
+namespace {
+
+// This rank's parameter gradients after one step of `schedule` on the MLP, in stage order.
+std::vector<std::vector<double>> step_gradients(const CommunicatorPtr& comm, const pipeline::Schedule& schedule,
+                                                const std::vector<Tensor>& batch) {
+  auto pipe = std::make_shared<pipeline::Pipeline>(comm, schedule, my_stages(schedule, comm->rank()));
+  pipe->cleargrads();
+  reset_gradient_groups();
+  pipe->step(batch);
+  std::vector<std::vector<double>> grads;
+  for (int s : pipe->stage_ids())
+    for (const auto& [name, param] : pipe->stage(s)->namedparams()) grads.push_back(param.grad().to_vector<double>());
+  reset_gradient_groups();
+  return grads;
+}
+
+// zbv's placement without weight actions: every forward, then every backward, in microbatch order.
+pipeline::Schedule v_gpipe(int p, int m) {
+  pipeline::Schedule s = pipeline::zbv(p, m);
+  s.name = "v-gpipe";
+  for (int r = 0; r < p; ++r) {
+    const std::vector<int> held = s.stages_of_rank(r);  // {r, 2p - 1 - r}
+    std::vector<pipeline::Action>& list = s.actions[static_cast<std::size_t>(r)];
+    list.clear();
+    for (int stage : held)
+      for (int mb = 0; mb < m; ++mb) list.push_back(pipeline::forward(stage, mb));
+    for (auto stage = held.rbegin(); stage != held.rend(); ++stage)
+      for (int mb = 0; mb < m; ++mb) list.push_back(pipeline::backward(*stage, mb));
+  }
+  return s;
+}
+
+// Deterministic mode: equal bit for bit. By default: to rounding (a run of a stage's adjacent weight
+// actions is one product over their microbatches).
+void require_same_gradients(const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want,
+                            bool bitwise) {
+  if (bitwise) {
+    REQUIRE(got == want);
+    return;
+  }
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    REQUIRE(got[i].size() == want[i].size());
+    for (std::size_t j = 0; j < got[i].size(); ++j) REQUIRE(std::abs(got[i][j] - want[i][j]) <= 1e-14);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("zero bubble: gradients bit-identical to 1F1B in deterministic mode, equal to rounding by default") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  for (const bool det : {true, false}) {
+    set_deterministic(det);
+    for (int m : {p, 2 * p, 2 * p + 1}) {
+      INFO((det ? "deterministic" : "default") << ", " << m << " microbatches");
+      const std::vector<Tensor> batch = make_batch(3 * m, 5);  // equal microbatches (deterministic mode)
+      const auto base = step_gradients(comm, pipeline::one_f_one_b(p, m), batch);
+      require_same_gradients(step_gradients(comm, pipeline::zb_h1(p, m), batch), base, det);
+      require_same_gradients(step_gradients(comm, pipeline::zb_h2(p, m), batch), base, det);
+      require_same_gradients(step_gradients(comm, pipeline::one_f_one_b(p, m), batch), base, true);
+      // zbv's 2P stages in its V, against the same stages and placement without weight actions.
+      require_same_gradients(step_gradients(comm, pipeline::zbv(p, m), batch),
+                             step_gradients(comm, v_gpipe(p, m), batch), det);
+    }
+  }
+  set_deterministic(false);
+}
+
+TEST_CASE("zero bubble: the flight recorder names the line that called Pipeline::step") {
+  const CommunicatorPtr comm = world();
+  const int p = comm->size();
+  if (p < 2) return;
+  trace::FlightRecorder& recorder = trace::FlightRecorder::instance();
+  const std::size_t capacity = recorder.capacity();
+  recorder.reset(4096);
+  const pipeline::Schedule schedule = pipeline::zb_h1(p, 2 * p);
+  auto pipe = std::make_shared<pipeline::Pipeline>(comm, schedule, my_stages(schedule, comm->rank()));
+  const int line = __LINE__ + 1;
+  pipe->step(make_batch(4 * p, 3));
+  std::int64_t pipeline_messages = 0;
+  for (const trace::FlightEntry& e : recorder.entries()) {
+    if (e.stage < 0) continue;  // the step's final exchange is outside any action
+    INFO(e.op << " stage " << e.stage << " microbatch " << e.microbatch << " at " << e.site.str());
+    REQUIRE(e.site.known());
+    REQUIRE(std::string(e.site.file).find("pipeline_test.cc") != std::string::npos);
+    REQUIRE(e.site.line == line);
+    ++pipeline_messages;
+  }
+  REQUIRE(pipeline_messages > 0);
+  recorder.reset(capacity);
 }
