@@ -120,6 +120,7 @@ void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* 
   const T scale = static_cast<T>(g.scale), inf = std::numeric_limits<T>::infinity();
   cpu::parallel_chunks(
       tasks, kTileQ * g.tk * (g.d + g.dv), cpu::kElementwiseGrain, [&](std::int64_t begin, std::int64_t end, int) {
+        const cpu::SerialLibraryCalls serial;  // the same sums at any thread count
         std::vector<T> scores(kTileQ * kTileK), factors(g.dropout > 0 ? kTileQ * kTileK : 0), acc(kTileQ * g.dv),
             top(kTileQ), total(kTileQ), rescale(kTileQ);
         for (std::int64_t task = begin; task < end; ++task) {
@@ -185,6 +186,7 @@ void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
   cpu::parallel_chunks(
       tasks, group * g.tq * g.tk * (g.d + g.dv), cpu::kElementwiseGrain,
       [&](std::int64_t begin, std::int64_t end, int) {
+        const cpu::SerialLibraryCalls serial;  // the same sums at any thread count
         std::vector<T> weights(kTileQ * kTileK), dweights(kTileQ * kTileK), delta(kTileQ);
         std::vector<T> factors(g.dropout > 0 ? kTileQ * kTileK : 0), dropped(g.dropout > 0 ? kTileQ * kTileK : 0);
         for (std::int64_t task = begin; task < end; ++task) {

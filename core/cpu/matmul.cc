@@ -67,27 +67,6 @@ void split_product(const T* a, const T* b, T* c, std::int64_t m, std::int64_t n,
   }
 }
 
-// Makes the library calls of this thread serial while it lives (OpenMP's thread count for this
-// thread: oneDNN and Eigen read it at each call).
-class SerialLibraryCalls {
- public:
-  SerialLibraryCalls() {
-#ifdef _OPENMP
-    omp_set_num_threads(1);
-#endif
-  }
-  ~SerialLibraryCalls() {
-#ifdef _OPENMP
-    omp_set_num_threads(before_);
-#endif
-  }
-
- private:
-#ifdef _OPENMP
-  int before_ = omp_get_max_threads();
-#endif
-};
-
 // Deterministic mode (core/deterministic.h): C in fixed tiles of kTile rows (or columns, whichever
 // side is longer), each one serial library call, spread over the threads. Every element is
 // then summed by the same call at any thread count (a library that splits k over its threads
@@ -99,7 +78,7 @@ void deterministic_product(const T* a, std::int64_t lda, const T* b, std::int64_
   const bool by_rows = m >= n;
   const std::int64_t tiles = ((by_rows ? m : n) + kTile - 1) / kTile;
   cpu::parallel_for(tiles, kTile * (by_rows ? n : m) * k, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
-    const SerialLibraryCalls serial;
+    const cpu::SerialLibraryCalls serial;
     for (std::int64_t t = lo; t < hi; ++t) {
       const std::int64_t begin = t * kTile, size = std::min(kTile, (by_rows ? m : n) - begin);
       if (by_rows) {

@@ -35,6 +35,32 @@ inline int max_chunks() {
 #endif
 }
 
+// Makes the library calls of this thread serial while it lives (OpenMP's thread count for this
+// thread: oneDNN and Eigen read it at each call). A kernel that splits its own work over the
+// threads holds one in each chunk: a chunk that runs on the calling thread (one chunk: too little
+// work, or one task) would otherwise let a library split a product over the threads, and a
+// library that splits k sums in another order at each thread count.
+class SerialLibraryCalls {
+ public:
+  SerialLibraryCalls() {
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+  }
+  ~SerialLibraryCalls() {
+#ifdef _OPENMP
+    omp_set_num_threads(before_);
+#endif
+  }
+  SerialLibraryCalls(const SerialLibraryCalls&) = delete;
+  SerialLibraryCalls& operator=(const SerialLibraryCalls&) = delete;
+
+ private:
+#ifdef _OPENMP
+  int before_ = omp_get_max_threads();
+#endif
+};
+
 // Calls body(begin, end, chunk) over [0, n) split into contiguous chunks, one per thread, each
 // with its own chunk index in [0, max_chunks()), when n * cost_per_item is at least `grain`;
 // otherwise body(0, n, 0) on this thread. An exception thrown by a chunk is rethrown on the
