@@ -443,6 +443,18 @@ TEST_CASE("pipeline: schedules that do not fit are errors on every rank before a
   if (comm->rank() == p - 1) stages.push_back(stages[0]);
   REQUIRE_THROWS_WITH(pipeline::Pipeline(comm, pipeline::gpipe(p, 2), stages),
                       Contains("rank " + std::to_string(p - 1) + " holds 1 stage(s)"));
+  // A zero-bubble schedule whose last rank runs a weight action before its backward: the same
+  // error on every rank, naming the rank and the action, before any message.
+  pipeline::Schedule early = pipeline::zb_h1(p, 2);
+  std::vector<pipeline::Action>& last = early.actions[static_cast<std::size_t>(p - 1)];
+  const auto w0 = std::find(last.begin(), last.end(), pipeline::weight(p - 1, 0));
+  last.erase(w0);
+  last.insert(last.begin() + 1, pipeline::weight(p - 1, 0));  // F0 W0 B0 ...
+  REQUIRE_THROWS_WITH(pipeline::Pipeline(comm, early, my_stages(early, comm->rank())),
+                      Contains("rank " + std::to_string(p - 1) +
+                               ", action 1 (weight gradients of microbatch 0 on "
+                               "stage " +
+                               std::to_string(p - 1) + ") comes before the backward of microbatch 0"));
 }
 
 TEST_CASE("pipeline x data parallelism: the layout's pipelines with averaged gradients equal one process") {
