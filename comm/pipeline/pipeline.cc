@@ -60,7 +60,8 @@ namespace {
 std::uint64_t schedule_digest(const Schedule& schedule) {
   Fnv1a64 h;
   h.mix(static_cast<std::uint64_t>(schedule.ranks)).mix(static_cast<std::uint64_t>(schedule.stages));
-  h.mix(static_cast<std::uint64_t>(schedule.microbatches));
+  h.mix(static_cast<std::uint64_t>(schedule.microbatches)).mix(schedule.combine_weights ? 1u : 0u);
+  for (int r : schedule.stage_ranks) h.mix(static_cast<std::uint64_t>(r));
   for (const auto& list : schedule.actions) {
     h.mix(list.size());
     for (const Action& a : list)
@@ -279,10 +280,10 @@ void Pipeline::run_actions(bool training, std::chrono::steady_clock::time_point 
         if (action.kind == ActionKind::forward) run_forward(action.stage, action.microbatch, true);
         else if (action.kind == ActionKind::backward) run_backward(action.stage, action.microbatch);
         else {
-          // A run of one stage's weight actions (a -dw schedule's) is one product per weight, outside
-          // deterministic mode: each passes its queue on to the next, the last computes.
-          const bool pass_on = !deterministic() && i + 1 < list.size() && list[i + 1].kind == ActionKind::weight &&
-                               list[i + 1].stage == action.stage;
+          // A run of one stage's weight actions is one product per weight where the schedule says so
+          // (combine_weights), outside deterministic mode: each passes its queue on, the last computes.
+          const bool pass_on = schedule_.combine_weights && !deterministic() && i + 1 < list.size() &&
+                               list[i + 1].kind == ActionKind::weight && list[i + 1].stage == action.stage;
           run_weight(action.stage, action.microbatch, pass_on ? list[i + 1].microbatch : -1);
         }
       });

@@ -28,15 +28,17 @@
 // stage's backward (B) computes the gradients of its inputs (what the previous stage waits for)
 // and of every parameter except linear functions' weights, which it queues for that microbatch;
 // the microbatch's weight action (W) computes those and frees what was queued
-// (autograd/weight_gradient_queue.h). A run of one stage's weight actions (a -dw schedule's end)
-// is computed as one product per weight over all their microbatches, outside deterministic mode.
-// Gradients: in deterministic mode (core/deterministic.h) bit-identical to the same schedule
-// without weight actions, and so to 1F1B, whatever the schedule (each weight's gradient is the
-// order-free sum of the same per-microbatch products); otherwise equal to rounding (the weight
-// actions add their products in the order of the stage's backwards, as 1F1B does, but through
-// a fused multiply-add where 1F1B adds a separate product). With an overlapping data-parallel
+// (autograd/weight_gradient_queue.h). Where the schedule combines weights (a -dw schedule,
+// Schedule::combine_weights) a run of one stage's adjacent weight actions is computed as one
+// product per weight over their microbatches, outside deterministic mode. Gradients: the
+// zero-bubble schedules' are bit-identical to 1F1B's (zbv's to its stages without weight
+// actions), by default and in deterministic mode (core/deterministic.h): each W adds its
+// microbatch's product to the gradient as 1F1B's backward does, in the same order. A -dw
+// schedule's are bit-identical in deterministic mode (each weight's gradient is the order-free
+// sum of the same products), equal to rounding otherwise. With an overlapping data-parallel
 // optimizer registered (a backward observer) nothing is queued and the weight actions have
 // nothing to do.
+//
 // Communication: exactly what schedule.h says. Activations and gradients go out with isend, so a
 // rank goes on computing while they travel (completed in order, and all of them by the end of
 // the step); receives block until the message is there. With recompute, forward keeps only the

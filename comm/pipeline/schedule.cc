@@ -315,6 +315,7 @@ Schedule defer_weight_gradients(const Schedule& schedule) {
                    " already has weight actions (", a.describe(), ")");
   Schedule s = schedule;
   s.name += "-dw";
+  s.combine_weights = true;
   for (std::vector<Action>& list : s.actions) {
     std::map<int, std::vector<int>> backwards;  // stage -> its backwards' microbatches, in stage order
     for (const Action& a : list)

@@ -71,6 +71,11 @@ struct Schedule {
   std::vector<std::vector<Action>> actions;  // per rank, in the order it runs them
   // The rank of each stage; empty: stage s on rank s % ranks.
   std::vector<int> stage_ranks;
+  // A run of one stage's adjacent weight actions is computed as one product per weight over their
+  // microbatches (outside deterministic mode): faster for small microbatches, equal to rounding
+  // only. Set by defer_weight_gradients; the zero-bubble schedules compute each W alone, so
+  // their gradients are bit-identical to 1F1B's.
+  bool combine_weights = false;
 
   int rank_of_stage(int stage) const {
     return stage_ranks.empty() ? stage % ranks : stage_ranks[static_cast<std::size_t>(stage)];

@@ -107,6 +107,9 @@ TEST_CASE("memory: zb-h1 and zbv peak at 1F1B's, zb-h2 at (2P-1)/P of it") {
 TEST_CASE("zero-bubble schedules by name, and their errors") {
   REQUIRE(schedule_by_name("zb-h1", 3, 1, 6).name == "zb-h1");
   REQUIRE(schedule_by_name("zbv", 3, 2, 6).stages == 6);
+  // Each W alone (bit-identical to 1F1B); a -dw schedule's weights in one product.
+  REQUIRE_FALSE(zb_h1(3, 6).combine_weights);
+  REQUIRE(schedule_by_name("1f1b-dw", 3, 1, 6).combine_weights);
   REQUIRE_THROWS_WITH(schedule_by_name("zbv", 3, 1, 6), Contains("'zbv' holds 2 stages per rank, got 1"));
   REQUIRE_THROWS_WITH(schedule_by_name("zb-h2", 3, 2, 6), Contains("'zb-h2' holds 1 stage per rank, got 2"));
   REQUIRE_THROWS_WITH(zb_h1(0, 4), Contains("zb-h1: ranks must be at least 1, got 0"));
