@@ -40,7 +40,9 @@ void Flags::add(const std::string& name, Kind kind, std::string value, const std
   f = {kind, std::move(value)};
   app_->add_option("--" + name, f.value, help)
       ->capture_default_str()  // --help shows it
-      ->type_name(kind == Kind::integer ? "INT" : kind == Kind::real ? "FLOAT" : "TEXT")
+      ->type_name(kind == Kind::integer ? "INT"
+                  : kind == Kind::real  ? "FLOAT"
+                                        : "TEXT")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   order_.push_back(name);
 }
@@ -68,9 +70,7 @@ bool Flags::parse(int argc, char** argv) {
   } catch (const CLI::ArgumentMismatch& e) {  // "--epoch: 1 required INT missing"
     const std::string what = e.what();
     TANDEM_FAIL(program_, ": flag ", what.substr(0, what.find(':')), " needs a value (see --help)");
-  } catch (const CLI::ParseError& e) {
-    TANDEM_FAIL(program_, ": ", e.what(), " (see --help)");
-  }
+  } catch (const CLI::ParseError& e) { TANDEM_FAIL(program_, ": ", e.what(), " (see --help)"); }
   const std::vector<std::string> extra = app_->remaining();
   if (!extra.empty()) {
     const std::string& arg = extra.front();
@@ -107,6 +107,16 @@ double Flags::get_double(const std::string& name) const {
 }
 
 const std::string& Flags::get_string(const std::string& name) const { return flag(name, Kind::text).value; }
+
+bool Flags::given(const std::string& name) const {
+  TANDEM_CHECK(flags_.count(name), program_, ": no flag --", name);
+  return app_->count("--" + name) > 0;
+}
+
+long long pipeline_stages_per_rank(const Flags& flags) {
+  if (flags.given("stages-per-rank")) return flags.get_int("stages-per-rank");
+  return flags.get_string("schedule") == "zbv" ? 2 : 1;
+}
 
 int parse_command_line(Flags& flags, int argc, char** argv, const std::string& program,
                        std::initializer_list<const char*> positive) {

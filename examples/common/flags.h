@@ -35,6 +35,8 @@ class Flags {
   long long get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
   const std::string& get_string(const std::string& name) const;
+  // Whether the command line gave the flag (rather than leaving its default).
+  bool given(const std::string& name) const;
 
  private:
   enum class Kind { integer, real, text };
@@ -57,6 +59,12 @@ class Flags {
 // --help, 1 after an error (printed to stderr).
 int parse_command_line(Flags& flags, int argc, char** argv, const std::string& program,
                        std::initializer_list<const char*> positive = {});
+
+// The pipeline trainers' --stages-per-rank for their --schedule: the flag when the command line
+// gives it, else the stages per rank the schedule holds (zbv 2, in its V; every other schedule
+// 1). A given value the schedule does not take is left for pipeline::schedule_by_name to report
+// ("pipeline schedule 'zbv' holds 2 stages per rank, got 1 stages per rank").
+long long pipeline_stages_per_rank(const Flags& flags);
 
 // The device that the trainers' --gpu flag (an int, -1 for the CPU) selects: cuda:<gpu>. A GPU
 // that this build (no --config=cuda) or this machine does not have is an error naming the

@@ -281,12 +281,18 @@ Tensor GPT2Stage::logits_cached(const Tensor& ids, KVCache& cache) {
   return F::reshape(logits, {B, T, config_.vocabulary}).data();
 }
 
-std::vector<LinkPtr> make_gpt2_stages(const GPT2Config& config, int stages, int ranks, int stage_rank,
+std::vector<LinkPtr> make_gpt2_stages(const GPT2Config& config, int stages, const std::vector<int>& stage_ids,
                                       CommunicatorPtr tensor_group) {
   std::vector<LinkPtr> mine;
-  for (int s = stage_rank; s < stages; s += ranks)
-    mine.push_back(std::make_shared<GPT2Stage>(config, s, stages, tensor_group));
+  for (int s : stage_ids) mine.push_back(std::make_shared<GPT2Stage>(config, s, stages, tensor_group));
   return mine;
+}
+
+std::vector<LinkPtr> make_gpt2_stages(const GPT2Config& config, int stages, int ranks, int stage_rank,
+                                      CommunicatorPtr tensor_group) {
+  std::vector<int> ids;
+  for (int s = stage_rank; s < stages; s += ranks) ids.push_back(s);
+  return make_gpt2_stages(config, stages, ids, std::move(tensor_group));
 }
 
 namespace {

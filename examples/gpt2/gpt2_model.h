@@ -122,8 +122,13 @@ class GPT2Stage : public Chain, public pipeline::TiedStage {
   std::map<std::string, double> observation_;
 };
 
-// The stages stage_rank, stage_rank + ranks, ... of a model cut into `stages` (those a pipeline
-// rank holds; every stage when ranks == 1).
+// The stages `stage_ids` (in that order) of a model cut into `stages`: those a pipeline rank
+// holds, schedule.stages_of_rank(rank). Under zbv's V rank 0 holds both the first and the last
+// stage, so both copies of the tied "wte" (the trainer sums their gradients on the rank).
+std::vector<LinkPtr> make_gpt2_stages(const GPT2Config& config, int stages, const std::vector<int>& stage_ids,
+                                      CommunicatorPtr tensor_group);
+// Round-robin placement: the stages stage_rank, stage_rank + ranks, ... (1F1B, GPipe and
+// interleaved schedules; every stage when ranks == 1).
 std::vector<LinkPtr> make_gpt2_stages(const GPT2Config& config, int stages, int ranks, int stage_rank,
                                       CommunicatorPtr tensor_group);
 

@@ -17,7 +17,8 @@
 // by a cosine to --min-lr-ratio x --lr at the last step, gradients clipped to a global norm of
 // --clip (the norm over the whole model, however it is split). The token embedding and the
 // head are one tensor: with pipeline stages, the first and last stage each hold it and add their
-// gradients every step (comm/model_parallel/tied_parameters.h).
+// gradients every step (comm/model_parallel/tied_parameters.h; under zbv both stages are on rank 0,
+// which adds them itself).
 //
 // Rank 0 prints a progress bar and a row per --eval-interval steps (training and validation
 // loss), writes <out>/log and <out>/loss.png, and at the end --sample tokens after --prompt,
@@ -28,6 +29,7 @@
 //   bazel-bin/examples/gpt2/train_gpt2 --steps 50                                   # 124M, 1 process
 //   bazel-bin/examples/gpt2/train_gpt2 --layers 2 --dim 128 --heads 4 --context 128 --seq-len 64
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/gpt2/train_gpt2 --tp 2 --pp 2 --microbatches 4
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/gpt2/train_gpt2 --pp 2 --schedule zbv --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/gpt2/train_gpt2 --zero 3
 #include <algorithm>
 #include <chrono>
@@ -156,8 +158,12 @@ int main(int argc, char** argv) {
   flags.add_string("cp-layout", "balanced",
                    "how positions split over the --cp ranks: balanced (2 chunks each, causal work even) or contiguous");
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
-  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved (each with -dw)");
-  flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
+  flags.add_string("schedule", "1f1b",
+                   "pipeline schedule: gpipe, 1f1b or interleaved (each also with -dw), or a zero-bubble one: zb-h1, "
+                   "zb-h2 or zbv (2 stages per rank in a V: rank 0 holds the first and the last, both ends of the "
+                   "tied embedding)");
+  flags.add_int("stages-per-rank", 1,
+                "pipeline stages per rank (more than 1 with --schedule interleaved; zbv: 2, its default)");
   flags.add_int("sequence-parallel", 0,
                 "1: Megatron's sequence parallelism with --tp (layer norms, residuals and the head's norm on each "
                 "tensor rank's positions only)");
@@ -189,7 +195,7 @@ int main(int argc, char** argv) {
   auto world = create_communicator("naive");
   const int rank = world->rank();
   const long long tp = flags.get_int("tp"), pp = flags.get_int("pp"), batchsize = flags.get_int("batchsize"),
-                  microbatches = flags.get_int("microbatches"), per_rank = flags.get_int("stages-per-rank"),
+                  microbatches = flags.get_int("microbatches"), per_rank = examples::pipeline_stages_per_rank(flags),
                   steps = flags.get_int("steps"), eval_interval = flags.get_int("eval-interval"),
                   seq_len = flags.get_int("seq-len");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
@@ -232,6 +238,9 @@ int main(int argc, char** argv) {
   TANDEM_CHECK(!config.sequence_parallel || tp > 1, kProgram,
                ": --sequence-parallel splits the sequence over the "
                "tensor-parallel ranks: it needs --tp 2 or more");
+  // Every error in schedule_by_name is the same on every rank (the same flags).
+  const pipeline::Schedule schedule = pipeline::schedule_by_name(
+      flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
   const long long stages = pp * per_rank;
   TANDEM_CHECK(config.layers >= stages, kProgram, ": --layers ", config.layers, " cannot fill ", stages,
                " pipeline stages: every stage needs a block");
@@ -249,11 +258,10 @@ int main(int argc, char** argv) {
         static_cast<int>(flags.get_int("cp-ulysses")));
     config.context_parallel = context_parallel;
   }
-  const pipeline::Schedule schedule = pipeline::schedule_by_name(
-      flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
   const CommunicatorPtr tensor_group = tp > 1 ? layout.tensor : nullptr;
-  std::vector<LinkPtr> my_stages = examples::make_gpt2_stages(config, static_cast<int>(stages), static_cast<int>(pp),
-                                                              layout.stage_rank, tensor_group);
+  // This rank's stages, where the schedule places them (zbv's V: stage_rank r holds r and 2 pp - 1 - r).
+  std::vector<LinkPtr> my_stages = examples::make_gpt2_stages(config, static_cast<int>(stages),
+                                                              schedule.stages_of_rank(layout.stage_rank), tensor_group);
   const Device device = examples::training_device(flags, kProgram, world->intra_rank());
   world->set_device(device);
   for (LinkPtr& stage : my_stages) stage->to(device);
@@ -280,7 +288,9 @@ int main(int argc, char** argv) {
                " needs 1 to 3 and more than one data-parallel rank (here ", data_ranks, ")");
   // The tied embedding: the copies on the first and last stage add their gradients before the
   // data-parallel average, which therefore waits for backward to end (no overlap).
-  // So do the sequence-parallel parameters' parts, summed over the tensor group.
+  // So do the sequence-parallel parameters' parts, summed over the tensor group. The copies are on
+  // two ranks of the pipeline (their tie group), or both on one (zbv's V: rank 0 holds the first
+  // and the last stage), which then sums them itself: its tie group is none.
   const bool tied_stages = stages > 1;
   if (data_ranks > 1) {
     DataParallelOptions parallel;
@@ -299,9 +309,13 @@ int main(int argc, char** argv) {
           if (s != 0) not_counted.insert(path);
         }
     }
-    const bool holds = !tied_paths.empty();
+    const bool holds = !tied_paths.empty(), holds_both = tied_paths.size() == 2;
+    // Collective over the pipeline: every rank splits, the holders of one copy form the group.
     const CommunicatorPtr tie_group = layout.pipeline->split(holds ? 0 : 1, layout.pipeline->rank());
-    if (holds) tie_parameters(*optimizer, tie_group, tied_paths);
+    TANDEM_CHECK(!holds_both || tie_group->size() == 1, kProgram, ": stage rank ", layout.stage_rank,
+                 " holds both copies of the tied embedding, yet ", tie_group->size() - 1,
+                 " other rank(s) hold one too");
+    if (holds) tie_parameters(*optimizer, holds_both ? nullptr : tie_group, tied_paths);
   }
   if (config.sequence_parallel) {
     std::vector<std::string> parts;

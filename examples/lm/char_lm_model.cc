@@ -206,12 +206,18 @@ Variable CharLMStage::draw_next(const Variable& h) {
   return Variable(zeros({}, DType::f32));  // the pipeline's "loss" of this forward
 }
 
-std::vector<LinkPtr> make_char_lm_stages(const CharLMConfig& config, int stages, int ranks, int stage_rank,
+std::vector<LinkPtr> make_char_lm_stages(const CharLMConfig& config, int stages, const std::vector<int>& stage_ids,
                                          CommunicatorPtr tensor_group) {
   std::vector<LinkPtr> mine;
-  for (int s = stage_rank; s < stages; s += ranks)
-    mine.push_back(std::make_shared<CharLMStage>(config, s, stages, tensor_group));
+  for (int s : stage_ids) mine.push_back(std::make_shared<CharLMStage>(config, s, stages, tensor_group));
   return mine;
+}
+
+std::vector<LinkPtr> make_char_lm_stages(const CharLMConfig& config, int stages, int ranks, int stage_rank,
+                                         CommunicatorPtr tensor_group) {
+  std::vector<int> ids;
+  for (int s = stage_rank; s < stages; s += ranks) ids.push_back(s);
+  return make_char_lm_stages(config, stages, ids, std::move(tensor_group));
 }
 
 }  // namespace tandem::examples

@@ -100,8 +100,12 @@ class CharLMStage : public Chain {
   Generator* generator_ = nullptr;
 };
 
-// The stages stage_rank, stage_rank + ranks, ... of a model cut into `stages` (those a pipeline
-// rank holds; every stage when ranks == 1).
+// The stages `stage_ids` (in that order) of a model cut into `stages`: those a pipeline rank
+// holds, schedule.stages_of_rank(rank) (zbv's V: rank r holds r and 2 ranks - 1 - r).
+std::vector<LinkPtr> make_char_lm_stages(const CharLMConfig& config, int stages, const std::vector<int>& stage_ids,
+                                         CommunicatorPtr tensor_group);
+// Round-robin placement: the stages stage_rank, stage_rank + ranks, ... (1F1B, GPipe and
+// interleaved schedules; every stage when ranks == 1).
 std::vector<LinkPtr> make_char_lm_stages(const CharLMConfig& config, int stages, int ranks, int stage_rank,
                                          CommunicatorPtr tensor_group);
 

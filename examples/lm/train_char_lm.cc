@@ -16,6 +16,7 @@
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --tp 2
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --pp 2 --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 4 bazel-bin/examples/lm/train_char_lm --tp 2 --pp 2 --microbatches 4
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --pp 2 --schedule zbv --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm       # 2 data-parallel replicas
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/lm/train_char_lm --experts 8   # 4 experts per rank
 //   bazel-bin/examples/lm/train_char_lm --dtype mixed_bf16   # products in bf16 (training/mixed_precision.h)
@@ -122,9 +123,11 @@ int main(int argc, char** argv) {
                    "gradients within this (training/recompute_budget.h; 0: off)");
   flags.add_int("microbatches", 1, "microbatches per batch (per replica)");
   flags.add_string("schedule", "1f1b",
-                   "pipeline schedule: gpipe, 1f1b or interleaved; each with -dw (1f1b-dw): the weight gradients "
-                   "computed at the step's end, one product per weight over the whole batch");
-  flags.add_int("stages-per-rank", 1, "pipeline stages per rank (more than 1 with --schedule interleaved)");
+                   "pipeline schedule: gpipe, 1f1b or interleaved, each also with -dw (1f1b-dw: the weight gradients "
+                   "computed at the step's end, one product per weight over the whole batch), or a zero-bubble one: "
+                   "zb-h1, zb-h2 or zbv (2 stages per rank in a V: rank 0 holds the first and the last)");
+  flags.add_int("stages-per-rank", 1,
+                "pipeline stages per rank (more than 1 with --schedule interleaved; zbv: 2, its default)");
   flags.add_int("experts", 0, "mixture of experts: every block's MLP becomes this many MLPs (0: dense)");
   flags.add_int("top-k", 1, "experts per character (1 or 2)");
   flags.add_double("capacity-factor", 0, "expert capacity per rank as a multiple of the even share (0: dropless)");
@@ -159,7 +162,7 @@ int main(int argc, char** argv) {
   auto world = create_communicator("naive");
   const int rank = world->rank();
   const long long tp = flags.get_int("tp"), pp = flags.get_int("pp"), batchsize = flags.get_int("batchsize"),
-                  microbatches = flags.get_int("microbatches"), per_rank = flags.get_int("stages-per-rank"),
+                  microbatches = flags.get_int("microbatches"), per_rank = examples::pipeline_stages_per_rank(flags),
                   iterations = flags.get_int("iterations"), eval_interval = flags.get_int("eval-interval");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
   const long long cp = flags.get_int("cp");
@@ -193,6 +196,9 @@ int main(int argc, char** argv) {
                  ": the experts' auxiliary losses reach the loss on the last pipeline stage only; with --pp ", pp,
                  " pass --load-balance 0 --z-loss 0");
   }
+  // Every error in schedule_by_name is the same on every rank (the same flags).
+  const pipeline::Schedule schedule = pipeline::schedule_by_name(
+      flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
   const long long stages = pp * per_rank;
   TANDEM_CHECK(config.layers >= stages, kProgram, ": --layers ", config.layers, " cannot fill ", stages,
                " pipeline stages: every stage needs a block");
@@ -231,10 +237,9 @@ int main(int argc, char** argv) {
     experts = make_expert_layout(layout.data, static_cast<int>(ep));
     config.expert_group = experts.expert_parallel;
   }
-  const pipeline::Schedule schedule = pipeline::schedule_by_name(
-      flags.get_string("schedule"), static_cast<int>(pp), static_cast<int>(per_rank), static_cast<int>(microbatches));
-  std::vector<LinkPtr> my_stages = examples::make_char_lm_stages(config, static_cast<int>(stages), static_cast<int>(pp),
-                                                                 layout.stage_rank, tp > 1 ? layout.tensor : nullptr);
+  // This rank's stages, where the schedule places them (zbv's V: stage_rank r holds r and 2 pp - 1 - r).
+  std::vector<LinkPtr> my_stages = examples::make_char_lm_stages(
+      config, static_cast<int>(stages), schedule.stages_of_rank(layout.stage_rank), tp > 1 ? layout.tensor : nullptr);
   for (LinkPtr& stage : my_stages) stage->to(device);
   auto pipe = std::make_shared<pipeline::Pipeline>(layout.pipeline, schedule, my_stages);
 

@@ -9,7 +9,8 @@
 //                     reporting "loss" and "accuracy" (DecoderLoss) in observation().
 // The stages are ordinary Links: the runtime sends {hy, cy} forward and their gradients back.
 // On 1 rank both stages live in the one process (2 stages on 1 rank: --schedule 1f1b runs
-// interleaved_1f1b(1, 2, M), gpipe runs all forwards then all backwards): the same model,
+// interleaved_1f1b(1, 2, M), gpipe runs all forwards then all backwards, zb-h1, zb-h2 and zbv
+// run zbv(1, M)): the same model,
 // initialised the same (every rank builds both stages from --seed, in the same order, and keeps
 // its own), the same batches, the same microbatches, so it is the exact reference of the 2-rank
 // run up to float rounding.
@@ -40,6 +41,7 @@
 //   bazel build //examples/pipeline:seq2seq_pipeline
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/seq2seq_pipeline --microbatches 4
 //   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/seq2seq_pipeline --schedule gpipe
+//   /usr/bin/mpiexec.mpich -n 2 bazel-bin/examples/pipeline/seq2seq_pipeline --schedule zb-h1
 //   bazel-bin/examples/pipeline/seq2seq_pipeline --microbatches 4   # 1 rank: the reference
 #include <algorithm>
 #include <cstdio>
@@ -168,12 +170,20 @@ std::string describe_microbatches(const std::vector<pipeline::Microbatch>& micro
   return out;
 }
 
-// The schedule of 2 stages on `ranks` (1 or 2) ranks. On 1 rank: 1f1b is Megatron's interleaved
-// schedule with both stages on the rank; gpipe all forwards (stage 0 then 1 per microbatch),
-// then all backwards.
+// The schedule of 2 stages on `ranks` (1 or 2) ranks. On 2 ranks: one stage each (zbv holds 2
+// stages per rank, 4 on 2 ranks: an error). On 1 rank: 1f1b is Megatron's interleaved schedule
+// with both stages on the rank; gpipe all forwards (stage 0 then 1 per microbatch), then all
+// backwards; the zero-bubble schedules zbv(1, M), both stages on the rank, each microbatch's
+// backward split into B and W.
 pipeline::Schedule make_schedule(const std::string& name, int ranks, int microbatches) {
-  TANDEM_CHECK(name == "gpipe" || name == "1f1b", kProgram, ": --schedule is gpipe or 1f1b, not '", name, "'");
+  const bool zero_bubble = name == "zb-h1" || name == "zb-h2" || name == "zbv";
+  TANDEM_CHECK(name == "gpipe" || name == "1f1b" || zero_bubble, kProgram,
+               ": --schedule is gpipe, 1f1b, zb-h1, zb-h2 or zbv, not '", name, "'");
+  TANDEM_CHECK(ranks == 1 || name != "zbv", kProgram,
+               ": --schedule zbv holds 2 stages per rank, 4 on 2 ranks; this model has 2 stages: run zbv on 1 rank, "
+               "or zb-h1 / zb-h2 on 2");
   if (ranks == 2) return pipeline::schedule_by_name(name, 2, 1, microbatches);
+  if (zero_bubble) return pipeline::schedule_by_name("zbv", 1, 2, microbatches);
   if (name == "1f1b") return pipeline::interleaved_1f1b(1, 2, microbatches);
   pipeline::Schedule s;
   s.name = "gpipe";
@@ -204,7 +214,9 @@ int main(int argc, char** argv) {
   flags.add_int("epoch", 2, "epochs to train");
   flags.add_int("unit", 128, "units of the embeddings and the LSTM states");
   flags.add_int("layer", 1, "LSTM layers of the encoder and of the decoder");
-  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe or 1f1b");
+  flags.add_string("schedule", "1f1b",
+                   "pipeline schedule: gpipe, 1f1b, or a zero-bubble one: zb-h1 or zb-h2 (2 ranks), zbv (1 rank: "
+                   "both stages, with zb-h1 and zb-h2 there)");
   flags.add_int("microbatches", 4, "microbatches per minibatch (sorted by source length)");
   flags.add_string("out", "result", "directory for the log (rank 1 writes to <out>/rank1)");
   flags.add_int("numbers", 1000000, "the numbers 0 .. numbers-1 make the corpus");
@@ -215,8 +227,8 @@ int main(int argc, char** argv) {
   flags.add_int("gpu", -1, "GPU to use, -1 for the CPU (needs a build with --config=cuda)");
   examples::add_communicator_flag(flags);
   const int status = examples::parse_command_line(
-      flags, argc, argv, kProgram, {"batchsize", "epoch", "unit", "layer", "microbatches", "numbers", "test-size",
-                                    "eval-size"});
+      flags, argc, argv, kProgram,
+      {"batchsize", "epoch", "unit", "layer", "microbatches", "numbers", "test-size", "eval-size"});
   if (status >= 0) return status;
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
                   microbatches = flags.get_int("microbatches"), eval_size = flags.get_int("eval-size");
@@ -238,15 +250,14 @@ int main(int argc, char** argv) {
   options.source_vocab = data.source_vocab.size();
   options.target_vocab = data.target_vocab.size();
   // Both stages built on every rank from the same seed, in the same order: the model starts the
-  // same on 1 and on 2 ranks. Each rank keeps the stages it holds (stage s on rank s % ranks).
+  // same on 1 and on 2 ranks. Each rank keeps the stages it holds (schedule.stages_of_rank).
   manual_seed(seed);
   const std::vector<LinkPtr> all_stages{std::make_shared<EncoderStage>(options),
                                         std::make_shared<DecoderStage>(options)};
   const Device device = examples::training_device(flags, kProgram, comm->intra_rank());
   comm->set_device(device);
   std::vector<LinkPtr> my_stages;
-  for (int s = 0; s < 2; ++s) {
-    if (schedule.rank_of_stage(s) != rank) continue;
+  for (int s : schedule.stages_of_rank(rank)) {
     all_stages[static_cast<std::size_t>(s)]->to(device);
     my_stages.push_back(all_stages[static_cast<std::size_t>(s)]);
   }
@@ -278,17 +289,17 @@ int main(int argc, char** argv) {
   Trainer trainer(updater, Trigger::epochs(epochs), out, pipe);
   DatasetPtr eval_subset =
       std::make_shared<SubDataset>(data.test, 0, std::min<std::int64_t>(eval_size, data.test->size()));
-  trainer.extend(std::make_shared<Evaluator>(std::make_shared<SerialIterator>(eval_subset, kEvalBatch, false, false),
-                                             eval));
+  trainer.extend(
+      std::make_shared<Evaluator>(std::make_shared<SerialIterator>(eval_subset, kEvalBatch, false, false), eval));
   if (rank == 0) {
-    std::printf("%s: %s; %lld train / %lld held-out pairs (%lld evaluated per epoch); vocabulary %lld -> %lld; "
-                "# unit: %lld  # layer: %lld  # minibatch: %lld (%lld microbatches, sorted by source length)  "
-                "# epoch: %lld\n",
-                kProgram, schedule.describe().c_str(), static_cast<long long>(data.train->size()),
-                static_cast<long long>(data.test->size()), static_cast<long long>(eval_subset->size()),
-                static_cast<long long>(options.source_vocab), static_cast<long long>(options.target_vocab),
-                static_cast<long long>(options.units), static_cast<long long>(options.layers), batchsize,
-                microbatches, epochs);
+    std::printf(
+        "%s: %s; %lld train / %lld held-out pairs (%lld evaluated per epoch); vocabulary %lld -> %lld; "
+        "# unit: %lld  # layer: %lld  # minibatch: %lld (%lld microbatches, sorted by source length)  "
+        "# epoch: %lld\n",
+        kProgram, schedule.describe().c_str(), static_cast<long long>(data.train->size()),
+        static_cast<long long>(data.test->size()), static_cast<long long>(eval_subset->size()),
+        static_cast<long long>(options.source_vocab), static_cast<long long>(options.target_vocab),
+        static_cast<long long>(options.units), static_cast<long long>(options.layers), batchsize, microbatches, epochs);
     // The first batch (drawn by an iterator of the same seed) as the first step will cut it.
     SerialIterator peek(data.train, batchsize, true, true, seed);
     std::printf("the first batch's microbatches:\n%s",

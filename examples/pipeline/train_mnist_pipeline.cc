@@ -6,7 +6,8 @@
 // starts with Linear(784, unit), and the last stage, a Classifier around its layers, ends with
 // Linear(unit, 10) and the loss (it takes (h, t) and reports loss and accuracy). Each batch is
 // split into --microbatches microbatches that the stages compute in the order --schedule gives
-// (gpipe, 1f1b or interleaved: --stages-per-rank > 1 stages per rank, round-robin); --recompute
+// (gpipe, 1f1b or interleaved: --stages-per-rank > 1 stages per rank, round-robin; the zero-bubble
+// zb-h1, zb-h2, and zbv: 2 stages per rank in a V, rank r holding r and 2 ranks - 1 - r); --recompute
 // keeps only each stage's inputs and recomputes its forward in backward.
 //
 // Every rank draws each layer's weights from its own generator, seeded with --seed and the
@@ -73,7 +74,7 @@ constexpr const char* kProgram = "train_mnist_pipeline";
 // layers were built before it in this process.
 initializers::Initializer layer_initializer(std::uint64_t seed, int layer) {
   return [generator = Generator(seed * 1000 + static_cast<std::uint64_t>(layer))](const Shape& shape,
-                                                                                 DType dtype) mutable {
+                                                                                  DType dtype) mutable {
     return randn(shape, generator, 0, std::sqrt(1.0 / static_cast<double>(shape[1])), dtype);
   };
 }
@@ -87,8 +88,8 @@ class MlpStage : public Chain {
     for (int i = first; i < first + count; ++i) {
       LinearOptions options;
       options.initialW = layer_initializer(seed, i);
-      hidden_.push_back(add_link("l" + std::to_string(i),
-                                 std::make_shared<Linear>(i == 0 ? 784 : units, units, options)));
+      hidden_.push_back(
+          add_link("l" + std::to_string(i), std::make_shared<Linear>(i == 0 ? 784 : units, units, options)));
     }
     if (last) {
       LinearOptions options;
@@ -171,13 +172,18 @@ int main(int argc, char** argv) {
   examples::add_training_flags(flags, "examples per minibatch (per pipeline with --data-parallel)",
                                "directory for the log and snapshots (rank r > 0 writes to <out>/rank<r>)",
                                "'latest': continue from the newest snapshot that every rank completed");
-  flags.add_string("schedule", "1f1b", "pipeline schedule: gpipe, 1f1b or interleaved; each with -dw (1f1b-dw): the weight gradients computed at the step's end, one product per weight over the whole batch");
+  flags.add_string("schedule", "1f1b",
+                   "pipeline schedule: gpipe, 1f1b or interleaved, each also with -dw (1f1b-dw: the weight gradients "
+                   "computed at the step's end, one product per weight over the whole batch), or a zero-bubble one: "
+                   "zb-h1, zb-h2 or zbv (2 stages per rank in a V: rank 0 holds the first and the last)");
   flags.add_int("microbatches", 4, "microbatches per minibatch");
-  flags.add_int("stages-per-rank", 1, "stages (model chunks) per rank; more than 1 only with --schedule interleaved");
+  flags.add_int("stages-per-rank", 1,
+                "stages (model chunks) per rank; more than 1 with --schedule interleaved (zbv: 2, its default)");
   flags.add_int("layers", 8, "hidden layers (Linear + ReLU) before the output layer");
   flags.add_int("data-parallel", 1, "pipelines (data parallelism over them); must divide the number of ranks");
   flags.add_int("recompute", 0, "recompute each stage's forward in backward (--recompute alone: 1)");
-  flags.add_int("profile", 0, "measure one step, print it beside the simulator's prediction, write Chrome traces "
+  flags.add_int("profile", 0,
+                "measure one step, print it beside the simulator's prediction, write Chrome traces "
                 "to --out and exit (--profile alone: 1)");
   flags.add_int("train-size", 0, "train on the first this many examples (0: all)");
   flags.add_int("test-size", 0, "evaluate on the first this many test examples (0: all)");
@@ -194,7 +200,7 @@ int main(int argc, char** argv) {
   const int rank = world->rank();
   const long long batchsize = flags.get_int("batchsize"), epochs = flags.get_int("epoch"),
                   units = flags.get_int("unit"), microbatches = flags.get_int("microbatches"),
-                  stages_per_rank = flags.get_int("stages-per-rank"), layers = flags.get_int("layers"),
+                  stages_per_rank = examples::pipeline_stages_per_rank(flags), layers = flags.get_int("layers"),
                   data_parallel = flags.get_int("data-parallel"), recompute = flags.get_int("recompute");
   const std::string schedule_name = flags.get_string("schedule");
   const auto seed = static_cast<std::uint64_t>(flags.get_int("seed"));
@@ -202,28 +208,29 @@ int main(int argc, char** argv) {
   TANDEM_CHECK(world->size() % data_parallel == 0, kProgram, ": --data-parallel ", data_parallel,
                " must divide the number of ranks, ", world->size());
   const int ranks = world->size() / static_cast<int>(data_parallel);  // per pipeline
+  // Every error here and below is the same on every rank (the same flags).
+  const pipeline::Schedule schedule = pipeline::schedule_by_name(
+      schedule_name, ranks, static_cast<int>(stages_per_rank), static_cast<int>(microbatches));
   const long long stages = ranks * stages_per_rank;
   TANDEM_CHECK(layers >= stages, kProgram, ": --layers ", layers, " cannot fill ", stages, " stages (", ranks,
                " rank(s) per pipeline x ", stages_per_rank, " per rank): every stage needs a hidden layer");
   TANDEM_CHECK(microbatches <= batchsize, kProgram, ": --microbatches ", microbatches, " is more than --batchsize ",
                batchsize);
-  // Every error above and in schedule_by_name is the same on every rank (the same flags).
-  const pipeline::Schedule schedule = pipeline::schedule_by_name(
-      schedule_name, ranks, static_cast<int>(stages_per_rank), static_cast<int>(microbatches));
   manual_seed(seed);  // nothing draws from it here; set for any link that would
 
   const Device device = examples::training_device(flags, kProgram, world->intra_rank());
   world->set_device(device);  // the layout's communicators (and the pipeline's) inherit it
   const pipeline::PipelineLayout layout = pipeline::make_pipeline_layout(world, static_cast<int>(data_parallel));
 
-  // This rank's stages: stage s lives on rank s % ranks of its pipeline.
+  // This rank's stages, in increasing order (schedule.stages_of_rank): stage s lives on rank
+  // schedule.rank_of_stage(s) of its pipeline (s % ranks; zbv's V: rank r holds r and 2 ranks - 1 - r).
   std::vector<LinkPtr> my_stages;
   std::string split;  // "3+3+2", hidden layers per stage
   int first = 0;
   for (int s = 0; s < stages; ++s) {
     const int count = static_cast<int>(layers / stages + (s < layers % stages ? 1 : 0));
     split += (s ? "+" : "") + std::to_string(count);
-    if (s % ranks == layout.stage_rank) {
+    if (schedule.rank_of_stage(s) == layout.stage_rank) {
       const bool last = s == stages - 1;
       LinkPtr stage = std::make_shared<MlpStage>(first, count, static_cast<int>(layers), units, last, seed);
       if (last) stage = std::make_shared<Classifier>(stage);

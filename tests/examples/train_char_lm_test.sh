@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_char_lm end to end on the real fortunes text at a reduced size: the first 20 steps' losses
-# (and validation losses) at tp=2, pp=2 (1F1B and interleaved), dp=2, tp=2 x pp=2 and context
-# parallelism (cp=2 ring and all-to-all, cp=4 hybrid, cp=2 x tp=2) and activation checkpointing
+# (and validation losses) at tp=2, pp=2 (1F1B, interleaved, and the zero-bubble zb-h1 and zb-h2),
+# dp=2, tp=2 x pp=2 (1F1B, and zbv: 2 stages per rank in a V, rank 0 holding the first and the
+# last) and context parallelism (cp=2 ring and all-to-all, cp=4 hybrid, cp=2 x tp=2) and activation checkpointing
 # (every block, and by a memory budget) equal the 1-rank run's within f32 rounding; the loss falls below the unigram baseline's; a resumed run
 # continues as the uninterrupted one; rank 0 alone prints, a sample is printed; the mixture of
 # experts over 2 ranks against 1; misuse is a one-line error.
@@ -34,6 +35,12 @@ run pp 2 --iterations $iters --pp 2 --microbatches 2
 run interleaved 2 --iterations $iters --pp 2 --schedule interleaved --stages-per-rank 2 --microbatches 4
 run dp 2 --iterations $iters
 run tppp 4 --iterations $iters --tp 2 --pp 2 --microbatches 2
+# Zero-bubble schedules: zb-h1 and zb-h2 (weight gradients split from the backwards, run where a
+# rank would wait), and zbv (its 2 stages per rank without --stages-per-rank) with tensor
+# parallelism inside each stage.
+run zbh1 2 --iterations $iters --pp 2 --schedule zb-h1 --microbatches 2
+run zbh2 2 --iterations $iters --pp 2 --schedule zb-h2 --microbatches 2
+run tpppzbv 4 --iterations $iters --tp 2 --pp 2 --schedule zbv --microbatches 2
 run cp_ring 2 --iterations $iters --cp 2
 run cp_a2a 2 --iterations $iters --cp 2 --cp-ulysses 2 --cp-layout contiguous
 run cp_hybrid 4 --iterations $iters --cp 4 --cp-ulysses 2
@@ -48,6 +55,9 @@ grep -q "ranks 4 = tp 2 x pp 1 x cp 2 x dp 1" "$t/cp_tp.txt" || { cat "$t/cp_tp.
 grep -q "ranks 4 = tp 2 x pp 2 x cp 1 x dp 1; '1f1b' (2 ranks, 2 stages, 2 microbatches)" "$t/tppp.txt" \
   || { cat "$t/tppp.txt"; fail "tppp header"; }
 grep -q "ranks 2 = tp 1 x pp 1 x cp 1 x dp 2" "$t/dp.txt" || { cat "$t/dp.txt"; fail "dp header"; }
+grep -q "ranks 4 = tp 2 x pp 2 x cp 1 x dp 1; 'zbv' (2 ranks, 4 stages, 2 microbatches)" "$t/tpppzbv.txt" \
+  || { cat "$t/tpppzbv.txt"; fail "tppp zbv header"; }
+grep -q "^--- sample" "$t/tpppzbv.txt" || { cat "$t/tpppzbv.txt"; fail "no sample from zbv (its last stage on rank 0)"; }
 [ "$(grep -c "^train_char_lm:" "$t/tppp.txt")" = 1 ] && [ "$(grep -c "^--- sample" "$t/tppp.txt")" = 1 ] \
   || { cat "$t/tppp.txt"; fail "more than rank 0 printed, or no sample"; }
 test -f "$t/one/vocabulary.txt" || fail "no vocabulary file"
@@ -64,7 +74,8 @@ unigram = float(re.search(r"unigram baseline ([0-9.]+) bits/char", text).group(1
 assert 4.0 < unigram < 5.0, unigram
 # Learning: the last steps' validation bits/char are well below the first's.
 assert short or one[-1]["validation/main/bpc"] < one[0]["validation/main/bpc"] - 1.0, (one[0], one[-1])
-for name in ("tp", "pp", "interleaved", "dp", "tppp", "cp_ring", "cp_a2a", "cp_hybrid", "cp_tp", "recompute", "budget"):
+for name in ("tp", "pp", "interleaved", "dp", "tppp", "zbh1", "zbh2", "tpppzbv", "cp_ring", "cp_a2a", "cp_hybrid",
+             "cp_tp", "recompute", "budget"):
     other = log(name)
     assert len(other) == len(one), (name, len(other))
     worst = 0
@@ -131,4 +142,6 @@ expect_error 2 "3 heads do not split evenly over the 2 ranks" --tp 2 --heads 3 -
 expect_error 2 "--expert-parallel 2 must divide the 2 data-parallel replica(s) and the 3 --experts" --experts 3
 expect_error 2 "with --pp 2 pass --load-balance 0 --z-loss 0" --experts 2 --pp 2
 expect_error 2 "cannot fill 8 pipeline stages" --pp 2 --schedule interleaved --stages-per-rank 4 --microbatches 2
+expect_error 2 "pipeline schedule 'zbv' holds 2 stages per rank, got 1 stages per rank" --pp 2 --schedule zbv \
+  --stages-per-rank 1
 echo "PASS"

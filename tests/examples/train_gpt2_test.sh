@@ -4,10 +4,12 @@
 # pp 2 (1F1B, 4 microbatches), pp 2 interleaved, dp 2 with ZeRO 3, pp 2 x dp 2 with ZeRO 1,
 # tp 2 x pp 2, tp 2 with sequence parallelism, and that x dp 2 with ZeRO 1, context parallelism
 # (cp 2 ring, cp 2 x dp 2 all-to-all with ZeRO 1, cp 2 x pp 2) equal the 1-rank run's
-# within f32 rounding, with the gradients clipped to a norm the runs must all compute over the
-# whole model (--clip 0.1 clips every step here); the loss falls; pp 2's checkpoint (the tied
-# embedding once) resumes in one process on the same losses; rank 0 alone prints; a sample is
-# printed; misuse is a one-line error.
+# within f32 rounding, and so do the first 5 steps of pp 2 under the zero-bubble zb-h1 and zbv
+# (rank 0 holds the first and the last stage, both copies of the tied embedding, and adds their
+# gradients itself; a sample from its checkpoint), with the gradients clipped to a norm the runs
+# must all compute over the whole model (--clip 0.1 clips every step here); the loss falls; pp 2's
+# checkpoint (the tied embedding once) resumes in one process on the same losses; rank 0 alone
+# prints; a sample is printed; misuse is a one-line error.
 set -uo pipefail
 bin="examples/gpt2/train_gpt2"
 export OMP_NUM_THREADS=1 TANDEM_COMM_TIMEOUT=60
@@ -37,6 +39,15 @@ run pp 2 --pp 2 --microbatches 4 --checkpoint-interval $((steps / 2)) --checkpoi
 # The pipeline's checkpoint (the tied embedding saved once, from stage 0) resumed in one process.
 run resumed 1 --resume-checkpoint "$t/pp_checkpoints/step_$((steps / 2))"
 run interleaved 2 --pp 2 --schedule interleaved --stages-per-rank 2 --microbatches 4
+# Zero-bubble schedules, 5 steps each (the learning rate's warmup and the cosine's first step do not
+# depend on --steps from 5 on: they are the 1-rank run's first 5 steps). zbv: 2 stages per rank in a
+# V, so both ends of the tied embedding on rank 0; its sample comes from the run's checkpoint (the
+# embedding saved once) loaded into one process.
+run zbv 2 --pp 2 --schedule zbv --microbatches 4 --steps 5 --sample 8
+run zbh1 2 --pp 2 --schedule zb-h1 --microbatches 4 --steps 5
+grep -q "ranks 2 = tp 1 x pp 2 x cp 1 x dp 1, zero 0; 'zbv' (2 ranks, 4 stages, 4 microbatches)" "$t/zbv.txt" \
+  || { cat "$t/zbv.txt"; fail "zbv header"; }
+grep -q "^--- sample" "$t/zbv.txt" || { cat "$t/zbv.txt"; fail "no sample from the zbv run's checkpoint"; }
 run zero3 2 --zero 3
 run tpsp 2 --tp 2 --sequence-parallel 1
 run cp 2 --cp 2 --sample 8
@@ -77,6 +88,12 @@ for name in names:
     assert len(other) == len(one), (name, len(other))
     worst = max(abs(a[k] - b[k]) for a, b in zip(one, other) for k in ("main/loss", "validation/main/loss"))
     print(f"{name}: largest loss difference from 1 rank {worst:.2g}")
+    assert worst < 1e-5, (name, worst)
+for name in ("zbv", "zbh1"):
+    other = log(name)
+    assert [e["iteration"] for e in other] == list(range(1, 6)), (name, other)
+    worst = max(abs(a[k] - b[k]) for a, b in zip(one, other) for k in ("main/loss", "validation/main/loss"))
+    print(f"{name}: 5 steps, largest loss difference from 1 rank {worst:.2g}")
     assert worst < 1e-5, (name, worst)
 PY
 

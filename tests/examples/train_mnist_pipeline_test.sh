@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # train_mnist_pipeline end to end on the real Fashion-MNIST (a small subset, a small MLP): the
 # pipeline over 2 ranks trains the same model as 1 rank (every layer seeded by its index, every
-# rank iterating the same batches), with 1F1B, GPipe, recompute and the interleaved schedule: the
-# same losses to float tolerance and the same final test accuracy; pipelines x data parallelism
+# rank iterating the same batches), with 1F1B, GPipe, recompute, the interleaved schedule and the
+# zero-bubble zbv (2 stages per rank in a V, by default): the same losses to float tolerance and
+# the same final test accuracy; pipelines x data parallelism
 # (2 pipelines of 2 ranks) equals 2 pipelines of 1 rank; every rank snapshots and --resume latest
 # continues where the run stopped, as an uninterrupted run; misuse fails with a one-line error.
 set -uo pipefail
@@ -38,6 +39,11 @@ run f1b 2 --epoch 1 --schedule 1f1b --microbatches 4
 run gpipe 2 --epoch 1 --schedule gpipe --microbatches 4
 run recompute 2 --epoch 1 --schedule 1f1b --microbatches 4 --recompute
 run interleaved 2 --epoch 1 --schedule interleaved --stages-per-rank 2 --microbatches 4
+# zbv: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2. (zb-h1 runs its last two weight
+# actions on rank 1 as one product, whose rounding these 200 steps amplified past the tolerance:
+# 7.5e-4 in main/loss at 4 microbatches, 1e-8 at 5; under TANDEM_DETERMINISTIC=1, bit-identical.
+# The char LM and GPT-2 tests compare zb-h1 with 1 rank.)
+run zbv 2 --epoch 1 --schedule zbv --microbatches 4
 run dp1 2 --epoch 1 --data-parallel 2 --batchsize 25  # per pipeline: as many steps as 1 rank
 run dp2 4 --epoch 1 --data-parallel 2 --batchsize 25
 # 16 bits: bf16 parameters (activations cross the stages in bf16) on 1 and 2 ranks, and mixed f16
@@ -53,6 +59,8 @@ grep -q "^train_mnist_pipeline: 'gpipe' (2 ranks, 2 stages, 4 microbatches); 1 p
 grep -q "^train_mnist_pipeline: 'interleaved' (2 ranks, 4 stages, 4 microbatches).*(hidden layers 1+1+1+1)" \
   "$t/interleaved.txt" || { cat "$t/interleaved.txt"; fail "interleaved header"; }
 grep -q "recompute;" "$t/recompute.txt" || { cat "$t/recompute.txt"; fail "recompute header"; }
+grep -q "^train_mnist_pipeline: 'zbv' (2 ranks, 4 stages, 4 microbatches).*(hidden layers 1+1+1+1)" "$t/zbv.txt" \
+  || { cat "$t/zbv.txt"; fail "zbv header"; }
 # Rank 0 alone prints: one header, one final line.
 [ "$(grep -c "^train_mnist_pipeline:" "$t/f1b.txt")" = 1 ] && [ "$(grep -c "final test accuracy" "$t/f1b.txt")" = 1 ] \
   || { cat "$t/f1b.txt"; fail "more than rank 0 printed"; }
@@ -83,7 +91,7 @@ def same(a, b):
 acc = final("one")[0]
 assert acc > floor, ("accuracy", acc)
 assert log("one")[0]["iteration"] == steps, log("one")
-for name in ("f1b", "gpipe", "recompute", "interleaved"):
+for name in ("f1b", "gpipe", "recompute", "interleaved", "zbv"):
     same("one", name)
 assert final("dp1")[0] > floor and log("dp1")[0]["iteration"] == steps, log("dp1")
 same("dp1", "dp2")
@@ -125,6 +133,8 @@ expect_error() {  # expect_error MESSAGE RANKS [flags...]
 }
 expect_error "pipeline schedule '1f1b' holds one stage per rank" 2 --stages-per-rank 2
 expect_error "unknown pipeline schedule 'zigzag'" 2 --schedule zigzag
+expect_error "pipeline schedule 'zbv' holds 2 stages per rank, got 3 stages per rank" 2 --schedule zbv \
+  --stages-per-rank 3
 expect_error "--data-parallel 3 must divide the number of ranks, 2" 2 --data-parallel 3
 expect_error "--layers 1 cannot fill 2 stages" 2 --layers 1
 expect_error "--microbatches must be positive" 2 --microbatches 0
