@@ -25,7 +25,10 @@
 //   zbv    (P-1)/(6M)      two half-size stages per rank in a V (rank 0 holds the first and the
 //                          last stage): the forward reaches the last rank after P-1 half-stages,
 //                          half of zb-h1's wait. 1F1B's peak memory (2P half-size stages).
-// The simulator reproduces these exactly (tests/comm/pipeline/zero_bubble_test). With T_W < T_F
+// The simulator reproduces these exactly (tests/comm/pipeline/zero_bubble_test). The memory limits
+// count microbatches, as the papers do assuming W keeps no more than B did; where a microbatch
+// keeps more from B to W (an MLP keeps each layer's output gradient as well as its input) the
+// peak in bytes exceeds 1F1B's (docs/performance.md, "Zero-bubble schedules"). With T_W < T_F
 // zb-h2 gains on zb-h1 (the paper's (P-1)(T_F+T_B-2T_W) against (P-1)(T_F+T_B-T_W)).
 //
 //   Schedule s = zbv(4, 8);       // rank r holds stages r and 7 - r
