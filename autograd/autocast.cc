@@ -20,7 +20,8 @@ struct PolicyTable {
 PolicyTable& policy_table() {
   static PolicyTable* table = [] {
     auto* made = new PolicyTable;
-    for (const char* name : {"linear", "matmul", "convolution_2d", "n_step_lstm"})
+    for (const char* name :
+         {"linear", "matmul", "convolution_2d", "deconvolution_2d", "spatial_convolution_2d", "n_step_lstm"})
       made->entries[name] = AutocastPolicy::lower;
     for (const char* name :
          {"softmax", "log_softmax", "softmax_cross_entropy", "vocab_parallel_softmax_cross_entropy",
@@ -52,10 +53,14 @@ DType wider(DType a, DType b) {
 
 const char* autocast_policy_name(AutocastPolicy policy) {
   switch (policy) {
-    case AutocastPolicy::lower: return "lower";
-    case AutocastPolicy::f32: return "f32";
-    case AutocastPolicy::promote: return "promote";
-    case AutocastPolicy::as_given: return "as_given";
+    case AutocastPolicy::lower:
+      return "lower";
+    case AutocastPolicy::f32:
+      return "f32";
+    case AutocastPolicy::promote:
+      return "promote";
+    case AutocastPolicy::as_given:
+      return "as_given";
   }
   return "?";
 }

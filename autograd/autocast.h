@@ -2,7 +2,8 @@
 // differentiable function runs in the precision its policy names, and its inputs are cast to
 // that precision on the way in (differentiably: a gradient goes back in its input's dtype).
 // Parameters stay f32; only the products run in 16 bits:
-//   lower    products and convolutions (linear, matmul, convolution_2d, n_step_lstm): f32 and
+//   lower    products and convolutions (linear, matmul, convolution_2d, deconvolution_2d,
+//            spatial_convolution_2d, n_step_lstm): f32 and
 //            16-bit inputs are cast to the scope's dtype;
 //   f32      what needs range or many terms (softmax and its log, the losses, normalisation,
 //            sum and mean, exp, log, pow): 16-bit inputs are cast to f32;

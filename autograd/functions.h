@@ -9,6 +9,7 @@
 #include "autograd/functions/attention.h"
 #include "autograd/functions/array.h"
 #include "autograd/functions/convolution.h"
+#include "autograd/functions/deconvolution.h"
 #include "autograd/functions/embed_id.h"
 #include "autograd/functions/evaluation.h"
 #include "autograd/functions/exponential.h"
