@@ -3,6 +3,7 @@
 
 #include "data/concat_examples.h"
 #include "data/dataset.h"
+#include "data/fashion_mnist_canvas.h"
 #include "data/iterator.h"
 #include "data/mnist.h"
 #include "data/permutation.h"
