@@ -38,14 +38,15 @@ class Convolution2D : public Link {
   Variable& W() { return param("W"); }
   Variable& b() { return param("b"); }
   std::int64_t out_channels() const { return out_channels_; }
+  const Convolution2DOptions& options() const { return options_; }
 
  protected:
+  // Gives W its shape from the input's channels (in_channels -1 defers it to the first forward).
+  void initialize_W(std::int64_t in_channels);
   // A saved W must be [out_channels, in_channels / groups, ksize_y, ksize_x].
   void check_loaded_shape(const std::string& name, const Shape& shape) override;
 
  private:
-  void initialize_W(std::int64_t in_channels);
-
   std::int64_t out_channels_;
   Convolution2DOptions options_;
 };

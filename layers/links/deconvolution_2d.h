@@ -44,15 +44,16 @@ class Deconvolution2D : public Link {
   Variable& W() { return param("W"); }
   Variable& b() { return param("b"); }
   std::int64_t out_channels() const { return out_channels_; }
+  const Deconvolution2DOptions& options() const { return options_; }
 
  protected:
+  // Gives W its shape from the input's channels (in_channels -1 defers it to the first forward).
+  void initialize_W(std::int64_t in_channels);
   // A saved W must be [in_channels, out_channels / groups, ksize_y, ksize_x], in_channels a
   // multiple of groups.
   void check_loaded_shape(const std::string& name, const Shape& shape) override;
 
  private:
-  void initialize_W(std::int64_t in_channels);
-
   std::int64_t out_channels_;
   Deconvolution2DOptions options_;
 };
