@@ -41,6 +41,8 @@ IndexList region(const Box& part, const Box& whole) {
           Index::range(part.rect.x0 - whole.rect.x0, part.rect.x1 - whole.rect.x0)};
 }
 
+bool same_box(const Box& a, const Box& b) { return a.n0 == b.n0 && a.n1 == b.n1 && a.rect == b.rect; }
+
 Shape box_shape(const Box& b, std::int64_t channels) { return {b.samples(), channels, b.rect.rows(), b.rect.cols()}; }
 
 void post(Communicator& comm, const Tensor& piece, int dest, const char* label) {
@@ -117,9 +119,26 @@ HaloExchange::HaloExchange(Communicator& comm, const ExchangePlan& plan, const T
     post(comm, index(local, region(piece, mine)), dest, kHalo);
   }
   const Box& need = plan.needed[me];
-  buffer_ = full(box_shape(need, channels), fill, local.dtype(), local.device());
   const Box own = mine.intersect(need);
-  if (!own.empty()) index_put_(buffer_, region(own, need), index(local, region(own, mine)));
+  // Nothing to add around this rank's own part: the buffer is its input as it is.
+  if (same_box(own, need) && same_box(own, mine)) {
+    buffer_ = local;
+    return;
+  }
+  if (own.empty() || own.n0 != need.n0 || own.n1 != need.n1) {
+    buffer_ = full(box_shape(need, channels), fill, local.dtype(), local.device());
+  } else {
+    // Only the frame around the own part is filled (the others' parts overwrite some of it).
+    buffer_ = empty(box_shape(need, channels), local.dtype(), local.device());
+    const Tensor value = full({}, fill, local.dtype(), local.device());
+    const Rect& n = need.rect;
+    const Rect& o = own.rect;
+    for (const Rect& strip : {Rect{n.y0, o.y0, n.x0, n.x1}, Rect{o.y1, n.y1, n.x0, n.x1}, Rect{o.y0, o.y1, n.x0, o.x0},
+                              Rect{o.y0, o.y1, o.x1, n.x1}})
+      if (!strip.empty()) index_put_(buffer_, region({need.n0, need.n1, strip}, need), value);
+  }
+  if (!own.empty())
+    index_put_(buffer_, region(own, need), same_box(own, mine) ? local : index(local, region(own, mine)));
 }
 
 Tensor HaloExchange::finish() {
@@ -149,9 +168,14 @@ HaloGradientExchange::HaloGradientExchange(Communicator& comm, const ExchangePla
     post(comm, index(grad, region(piece, need)), dest, kHaloGradient);
   }
   const Box& mine = plan.held[me];
-  result_ = zeros(held_shape, grad.dtype(), grad.device());
   const Box own = mine.intersect(need);
-  if (!own.empty()) index_put_(result_, region(own, mine), index(grad, region(own, need)));
+  if (!own.empty() && same_box(own, mine)) {
+    // index copies: the result never shares the caller's gradient.
+    result_ = index(grad, region(own, need));
+  } else {
+    result_ = zeros(held_shape, grad.dtype(), grad.device());
+    if (!own.empty()) index_put_(result_, region(own, mine), index(grad, region(own, need)));
+  }
 }
 
 Tensor HaloGradientExchange::finish() {
@@ -193,7 +217,9 @@ class ExchangeBoxes final : public CommunicationNode {
   std::vector<Tensor> forward(const std::vector<Tensor>& in) override {
     remember_inputs(in);
     HaloExchange exchange(*comm_, plan_, in[0], fill_);
-    return {exchange.finish()};
+    const Tensor y = exchange.finish();
+    // An output never shares its input's storage (a later in-place op would change both).
+    return {y.shares_storage_with(in[0]) ? y.clone() : y};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& gy) override {

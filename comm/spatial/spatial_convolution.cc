@@ -89,8 +89,6 @@ class SpatialConvolution final : public functions::CommunicationNode {
       plan_.needed.push_back({0, n, window_input(out_layout_.tile(r), wy_, wx_)});
     }
     const Rect out = out_layout_.tile(me), need = plan_.needed[me].rect, own = in_layout_.tile(me);
-    Tensor y = empty({n, W.size(0), out.rows(), out.cols()}, x.dtype(), x.device());
-
     HaloExchange exchange(*comm_, plan_, x, 0.0);
     // The interior: outputs whose windows read only this rank's tile or the padding.
     Rect interior;
@@ -100,17 +98,21 @@ class SpatialConvolution final : public functions::CommunicationNode {
       const auto [ix0, ix1] =
           inside(out.x0, out.x1, own.x0 == 0 ? -kFar : own.x0, own.x1 == in_layout_.width() ? kFar : own.x1, wx_);
       interior = {iy0, iy1, ix0, ix1};
-      compute(exchange.buffer(), need, interior, out, W, b, y);
+    }
+    Tensor y;
+    if (interior.empty()) {
+      y = convolve(exchange.finish(), need, out, W, b);
+    } else {
+      // While the halo travels, every output from the buffer as it is (the halo not there yet):
+      // right in the interior. Then the frame around the interior again, from the whole input.
+      y = convolve(exchange.buffer(), need, out, W, b);
+      const Tensor X = exchange.finish();
+      for (const Rect& frame :
+           {Rect{out.y0, interior.y0, out.x0, out.x1}, Rect{interior.y1, out.y1, out.x0, out.x1},
+            Rect{interior.y0, interior.y1, out.x0, interior.x0}, Rect{interior.y0, interior.y1, interior.x1, out.x1}})
+        if (!frame.empty()) index_put_(y, rect_in(frame, out), convolve(X, need, frame, W, b));
     }
     const Tensor X = exchange.finish();
-    if (interior.empty()) {
-      compute(X, need, out, out, W, b, y);
-    } else {
-      compute(X, need, {out.y0, interior.y0, out.x0, out.x1}, out, W, b, y);
-      compute(X, need, {interior.y1, out.y1, out.x0, out.x1}, out, W, b, y);
-      compute(X, need, {interior.y0, interior.y1, out.x0, interior.x0}, out, W, b, y);
-      compute(X, need, {interior.y0, interior.y1, interior.x1, out.x1}, out, W, b, y);
-    }
     save_for_backward({X, W});
     return {y};
   }
@@ -136,13 +138,11 @@ class SpatialConvolution final : public functions::CommunicationNode {
   }
 
  private:
-  // y's outputs `part` (within this rank's outputs `out`) from X, which holds the input rect `need`.
-  void compute(const Tensor& X, const Rect& need, const Rect& part, const Rect& out, const Tensor& W, const Tensor& b,
-               Tensor& y) const {
-    if (part.empty()) return;
-    const Tensor xs = index(X, rect_in(window_input(part, wy_, wx_), need));
-    const Tensor ys = conv2d(xs, W, b, unpadded(params_));
-    index_put_(y, rect_in(part, out), ys);
+  // The outputs `part` from X, which holds the input rect `need`.
+  Tensor convolve(const Tensor& X, const Rect& need, const Rect& part, const Tensor& W, const Tensor& b) const {
+    if (part.empty()) return zeros({X.size(0), W.size(0), part.rows(), part.cols()}, X.dtype(), X.device());
+    const Rect window = window_input(part, wy_, wx_);
+    return conv2d(window == need ? X : index(X, rect_in(window, need)), W, b, unpadded(params_));
   }
 
   SpatialLayout in_layout_, out_layout_;
