@@ -106,39 +106,56 @@ void ExchangePlan::check(int ranks) const {
                    held[a].intersect(held[b]).str());
 }
 
+bool ExchangePlan::moves_nothing() const {
+  for (std::size_t r = 0; r < held.size(); ++r)
+    if (!same_box(held[r], needed[r])) return false;
+  return true;
+}
+
 HaloExchange::HaloExchange(Communicator& comm, const ExchangePlan& plan, const Tensor& local, double fill)
     : comm_(comm), plan_(plan) {
   const int me = comm.rank(), ranks = comm.size();
   plan.check(ranks);
   check_local(comm, plan, local, true);
-  const std::int64_t channels = local.size(1);
   const Box& mine = plan.held[me];
   for (int dest = 0; dest < ranks; ++dest) {
     const Box piece = mine.intersect(plan.needed[dest]);
     if (dest == me || piece.empty()) continue;
     post(comm, index(local, region(piece, mine)), dest, kHalo);
   }
-  const Box& need = plan.needed[me];
+  buffer_ = assemble(plan, me, local, {}, fill);
+}
+
+Tensor HaloExchange::assemble(const ExchangePlan& plan, int rank, const Tensor& local,
+                              const std::vector<Tensor>& received, double fill) {
+  const Box& mine = plan.held[rank];
+  const Box& need = plan.needed[rank];
   const Box own = mine.intersect(need);
+  const std::int64_t channels = local.size(1);
   // Nothing to add around this rank's own part: the buffer is its input as it is.
-  if (same_box(own, need) && same_box(own, mine)) {
-    buffer_ = local;
-    return;
-  }
+  if (same_box(own, need) && same_box(own, mine)) return local;
+  Tensor buffer;
   if (own.empty() || own.n0 != need.n0 || own.n1 != need.n1) {
-    buffer_ = full(box_shape(need, channels), fill, local.dtype(), local.device());
+    buffer = full(box_shape(need, channels), fill, local.dtype(), local.device());
   } else {
     // Only the frame around the own part is filled (the others' parts overwrite some of it).
-    buffer_ = empty(box_shape(need, channels), local.dtype(), local.device());
+    buffer = empty(box_shape(need, channels), local.dtype(), local.device());
     const Tensor value = full({}, fill, local.dtype(), local.device());
     const Rect& n = need.rect;
     const Rect& o = own.rect;
     for (const Rect& strip : {Rect{n.y0, o.y0, n.x0, n.x1}, Rect{o.y1, n.y1, n.x0, n.x1}, Rect{o.y0, o.y1, n.x0, o.x0},
                               Rect{o.y0, o.y1, o.x1, n.x1}})
-      if (!strip.empty()) index_put_(buffer_, region({need.n0, need.n1, strip}, need), value);
+      if (!strip.empty()) index_put_(buffer, region({need.n0, need.n1, strip}, need), value);
   }
   if (!own.empty())
-    index_put_(buffer_, region(own, need), same_box(own, mine) ? local : index(local, region(own, mine)));
+    index_put_(buffer, region(own, need), same_box(own, mine) ? local : index(local, region(own, mine)));
+  std::size_t next = 0;
+  for (int source = 0; source < static_cast<int>(plan.held.size()) && next < received.size(); ++source) {
+    const Box piece = plan.held[source].intersect(need);
+    if (source == rank || piece.empty()) continue;
+    index_put_(buffer, region(piece, need), received[next++]);
+  }
+  return buffer;
 }
 
 Tensor HaloExchange::finish() {
@@ -152,6 +169,7 @@ Tensor HaloExchange::finish() {
     if (source == me || piece.empty()) continue;
     const Tensor part = take(comm_, source, kHalo, plan_.op, buffer_, box_shape(piece, buffer_.size(1)));
     index_put_(buffer_, region(piece, need), part);
+    received_.push_back(part);
   }
   return buffer_;
 }
@@ -236,6 +254,8 @@ class ExchangeBoxes final : public CommunicationNode {
 
 Variable exchange_boxes(Communicator& comm, const ExchangePlan& plan, const Variable& x, double fill,
                         bool always_record) {
+  plan.check(comm.size());
+  if (plan.moves_nothing()) return x;
   return call<ExchangeBoxes>({x}, comm, plan, fill, always_record)[0];
 }
 

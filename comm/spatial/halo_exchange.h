@@ -48,6 +48,8 @@ struct ExchangePlan {
   std::string op;
   // Checks the plan against a group of `ranks` ranks (sizes, disjoint held boxes).
   void check(int ranks) const;
+  // Whether every rank needs exactly what it holds (nothing moves, nothing is filled).
+  bool moves_nothing() const;
 };
 
 // The forward half. local: this rank's held box, [samples, C, rows, cols].
@@ -58,11 +60,18 @@ class HaloExchange {
   const Tensor& buffer() const { return buffer_; }
   // Receives every other rank's part into the buffer, and returns it.
   Tensor finish();
+  // The others' parts as they arrived (in rank order), after finish(): with the local input they
+  // rebuild the buffer (assemble), so that a layer may keep them rather than the whole buffer.
+  const std::vector<Tensor>& received() const { return received_; }
+  // The buffer of `plan` on rank `rank` from its local input and the parts it received.
+  static Tensor assemble(const ExchangePlan& plan, int rank, const Tensor& local, const std::vector<Tensor>& received,
+                         double fill);
 
  private:
   Communicator& comm_;
   const ExchangePlan& plan_;
   Tensor buffer_;
+  std::vector<Tensor> received_;
   bool finished_ = false;
 };
 
@@ -95,9 +104,9 @@ namespace functions {
 
 // Differentiable: this rank's needed box of the batch whose held boxes the ranks pass, elements
 // outside every held box set to `fill`. Every rank of comm must call it with the same plan.
-// It is recorded when x requires a gradient, which must then hold on every rank; with
-// always_record it is recorded whenever gradients are (ranks whose x may differ in that: a
-// scatter from one rank).
+// A plan that moves nothing returns x itself. It is recorded when x requires a gradient, which must then hold on every
+// rank; with always_record it is recorded whenever gradients are (ranks whose x may differ in that: a scatter from one
+// rank).
 Variable exchange_boxes(Communicator& comm, const ExchangePlan& plan, const Variable& x, double fill = 0,
                         bool always_record = false);
 

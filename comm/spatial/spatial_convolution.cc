@@ -112,13 +112,19 @@ class SpatialConvolution final : public functions::CommunicationNode {
             Rect{interior.y0, interior.y1, out.x0, interior.x0}, Rect{interior.y0, interior.y1, interior.x1, out.x1}})
         if (!frame.empty()) index_put_(y, rect_in(frame, out), convolve(X, need, frame, W, b));
     }
-    const Tensor X = exchange.finish();
-    save_for_backward({X, W});
+    exchange.finish();
+    // x and the halo, not the buffer they make: x is often kept by another layer already.
+    std::vector<Tensor> saved{x, W};
+    for (const Tensor& part : exchange.received()) saved.push_back(part);
+    save_for_backward(std::move(saved));
     return {y};
   }
 
   std::vector<Tensor> backward(const std::vector<Tensor>& gy_in) override {
-    const Tensor &X = saved()[0], &W = saved()[1];
+    const std::vector<Tensor>& kept = saved();
+    const Tensor& W = kept[1];
+    const Tensor X =
+        HaloExchange::assemble(plan_, comm_->rank(), kept[0], std::vector<Tensor>(kept.begin() + 2, kept.end()), 0.0);
     const Tensor& gy = gy_in[0];
     const bool any = X.numel() > 0 && gy.numel() > 0;
     std::vector<Tensor> grads(inputs_.size());
