@@ -13,7 +13,10 @@
 #                                            (tensor_parallel_bench), lm (lm_bench, the GPT-style LM
 #                                            in one process and over 2 ranks; its anchor is
 #                                            bench/libtorch_lm.sh, not in ../shared/bench), moe
-#                                            (moe_bench: experts over 2 ranks, alltoallv vs MPI).
+#                                            (moe_bench: experts over 2 ranks, alltoallv vs MPI),
+#                                            spatial (spatial_bench: a U-Net on a 1024^2 canvas in one
+#                                            process, in bands over 2 ranks and a 2 x 2 grid over 4;
+#                                            SPATIAL_SIZE=4096 for the large one).
 #                                            The anchors follow unless ONLY is set.
 #   REPS=3 ONLY="gemm mlp" scripts/bench.sh  passed to run_all.sh (REPS defaults to 1 here, 3 there;
 #                                            ONLY= (set, empty) runs every anchor, gloo included);
@@ -91,6 +94,7 @@ if [[ -n "${BENCH_ONLY:-}" ]]; then
       gemm_bench) WORDS+=" gemm" ;;
       lm_bench) WORDS+=" lm" ;;
       moe_bench) WORDS+=" moe" ;;
+      spatial_bench) WORDS+=" spatial" ;;
       *) WORDS+=" $w" ;;
     esac
   done
@@ -272,6 +276,11 @@ run_tandem_suite() {
   # A mixture of experts in one process (t1, t2), then its experts over 2 ranks x 1 thread.
   wants moe && run_tandem moe_single "$BIN/bench/moe_bench"
   wants moe && run_tandem moe env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/moe_bench"
+  # A U-Net step on a canvas whole in one process at 1 thread, then split over 2 and 4 ranks x 1 thread.
+  wants spatial && run_tandem spatial_whole env OMP_NUM_THREADS=1 SPATIAL_MODE=whole "$BIN/bench/spatial_bench"
+  wants spatial && run_tandem spatial env OMP_NUM_THREADS=1 "$MPIEXEC" -n 2 "$BIN/bench/spatial_bench"
+  wants spatial && run_tandem spatial_grid env OMP_NUM_THREADS=1 SPATIAL_LAYOUT=grid "$MPIEXEC" -n 4 \
+    "$BIN/bench/spatial_bench"
   return 0   # (a last word left out is not a failure)
 }
 
@@ -495,6 +504,14 @@ END {
   for (i = 1; i <= n; i++)
     row("moe.train.ep2." modes[i], "one process, 1 thread", tandem["moe.train.ep2." modes[i]],
         tandem["moe.train.single.t1." modes[i]], 0.65, 0, "")
+  # Spatial parallelism (bench/spatial_bench.cc): the U-Net step in bands over 2 ranks x 1 thread
+  # against one process at 1 thread (<= 0.6).
+  for (id in tandem)
+    if (id ~ /^spatial\.unet\.s[0-9]+\.r2$/) {
+      whole = id
+      sub(/r2$/, "whole", whole)
+      row(id, "one process, 1 thread", tandem[id], tandem[whole], 0.6, 0, "")
+    }
   printf "\n%d PASS, %d MISS, %d n/a (not measured in this run, or no reference), %d without a target\n", pass, miss,
          na, info
 }' "$anchors" "$PICKED" | tee "$OUT/targets.md"
@@ -504,7 +521,7 @@ END {
 
 # Interleaved: one sub-run per family, then the tables over their merged results.
 if [[ -n "${BENCH_INTERLEAVE:-}" && "$BENCH_INTERLEAVE" != 0 && -z "${BENCH_REPORT:-}" ]]; then
-  families=${WORDS:-gemm mlp conv lstm p2p coll mp dp pp tp lm moe}
+  families=${WORDS:-gemm mlp conv lstm p2p coll mp dp pp tp lm moe spatial}
   mkdir -p "$OUT/anchors"
   : > "$RAW"
   : > "$PICKED"
